@@ -1,0 +1,1 @@
+"""Compatibility layers that mirror other projects' import paths."""

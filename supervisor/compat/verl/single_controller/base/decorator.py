@@ -1,0 +1,49 @@
+"""``verl.single_controller.base.decorator``."""
+
+from supervisor.decorator import MAGIC_ATTR as MAGIC_ATTR
+from supervisor.decorator import register as register
+from supervisor.dispatch import DISPATCH_MODE_FN_REGISTRY as DISPATCH_MODE_FN_REGISTRY
+from supervisor.dispatch import collect_all_to_all as collect_all_to_all
+from supervisor.dispatch import collect_dp_compute as collect_dp_compute
+from supervisor.dispatch import collect_dp_compute_data_proto as collect_dp_compute_data_proto
+from supervisor.dispatch import collect_nd_compute as collect_nd_compute
+from supervisor.dispatch import collect_nd_compute_dataproto as collect_nd_compute_dataproto
+from supervisor.dispatch import dispatch_all_to_all as dispatch_all_to_all
+from supervisor.dispatch import dispatch_dp_compute as dispatch_dp_compute
+from supervisor.dispatch import dispatch_dp_compute_data_proto as dispatch_dp_compute_data_proto
+from supervisor.dispatch import dispatch_dp_compute_data_proto_with_func as dispatch_dp_compute_data_proto_with_func
+from supervisor.dispatch import dispatch_nd_compute as dispatch_nd_compute
+from supervisor.dispatch import dispatch_nd_compute_dataproto as dispatch_nd_compute_dataproto
+from supervisor.dispatch import dispatch_one_to_all as dispatch_one_to_all
+from supervisor.dispatch import get_predefined_dispatch_fn as get_predefined_dispatch_fn
+from supervisor.dispatch import get_predefined_execute_fn as get_predefined_execute_fn
+from supervisor.dispatch import make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn
+from supervisor.dispatch import register_dispatch_mode as register_dispatch_mode
+from supervisor.dispatch import update_dispatch_mode as update_dispatch_mode
+from supervisor.modes import Dispatch as Dispatch
+from supervisor.modes import Execute as Execute
+
+__all__ = [
+    "MAGIC_ATTR",
+    "DISPATCH_MODE_FN_REGISTRY",
+    "Dispatch",
+    "Execute",
+    "register",
+    "register_dispatch_mode",
+    "update_dispatch_mode",
+    "get_predefined_dispatch_fn",
+    "get_predefined_execute_fn",
+    "make_nd_compute_dataproto_dispatch_fn",
+    "dispatch_one_to_all",
+    "dispatch_all_to_all",
+    "collect_all_to_all",
+    "dispatch_dp_compute",
+    "collect_dp_compute",
+    "dispatch_dp_compute_data_proto",
+    "dispatch_dp_compute_data_proto_with_func",
+    "collect_dp_compute_data_proto",
+    "dispatch_nd_compute",
+    "collect_nd_compute",
+    "dispatch_nd_compute_dataproto",
+    "collect_nd_compute_dataproto",
+]

@@ -1,0 +1,19 @@
+"""``verl.single_controller.ray``."""
+
+from .base import RayClassWithInitArgs as RayClassWithInitArgs
+from .base import RayResourcePool as RayResourcePool
+from .base import RayWorkerGroup as RayWorkerGroup
+from .base import SubRayResourcePool as SubRayResourcePool
+from .base import create_colocated_worker_cls as create_colocated_worker_cls
+from .base import merge_resource_pool as merge_resource_pool
+from .base import split_resource_pool as split_resource_pool
+
+__all__ = [
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "SubRayResourcePool",
+    "RayWorkerGroup",
+    "create_colocated_worker_cls",
+    "split_resource_pool",
+    "merge_resource_pool",
+]

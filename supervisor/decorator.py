@@ -1,0 +1,133 @@
+"""``@register``: declare how a worker method is called through its group.
+
+The decorator only attaches a :class:`MethodSpec` to the function; the worker runs the method
+unchanged (apart from resolving :class:`~supervisor.protocol.DataProtoFuture` arguments). The group
+reads the spec when it binds methods (:mod:`supervisor.binding`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .modes import Dispatch, Execute
+
+__all__ = ["MAGIC_ATTR", "MethodSpec", "register", "get_method_spec", "Dispatch", "Execute"]
+
+# verl stores the registration under this attribute; keeping the name lets code that inspects it
+# (and classes decorated by verl's own decorator) interoperate.
+MAGIC_ATTR = "attrs_3141562937"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """How a registered method is dispatched, executed and collected.
+
+    Attributes:
+        dispatch_mode: a :class:`Dispatch` member, or a dict with ``dispatch_fn`` and ``collect_fn``.
+        execute_mode: which ranks run the method.
+        blocking: whether the bound group method waits for the results (else returns ObjectRefs).
+    """
+
+    dispatch_mode: Any
+    execute_mode: Execute
+    blocking: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dispatch_mode": self.dispatch_mode, "execute_mode": self.execute_mode, "blocking": self.blocking}
+
+
+def check_dispatch_mode(dispatch_mode: Any) -> None:
+    """Raise a ValueError unless ``dispatch_mode`` is a Dispatch member or a {dispatch_fn, collect_fn} dict."""
+    if isinstance(dispatch_mode, Dispatch):
+        return
+    if isinstance(dispatch_mode, dict):
+        missing = [k for k in ("dispatch_fn", "collect_fn") if k not in dispatch_mode]
+        if missing:
+            raise ValueError(f"custom dispatch_mode dict is missing {missing}; it needs dispatch_fn and collect_fn")
+        for key in ("dispatch_fn", "collect_fn"):
+            if not callable(dispatch_mode[key]):
+                raise ValueError(f"custom dispatch_mode[{key!r}] must be callable, got {type(dispatch_mode[key]).__name__}")
+        return
+    raise ValueError(f"dispatch_mode must be a Dispatch member or a dict, got {dispatch_mode!r}")
+
+
+def _materialize_futures(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    # A DataProtoFuture can only arrive by unpickling, which imports supervisor.protocol; when that module
+    # is not loaded there is nothing to resolve, and light workers never pay for importing torch.
+    protocol = sys.modules.get("supervisor.protocol")
+    if protocol is None:
+        return args, kwargs
+    future_type = protocol.DataProtoFuture
+    args = tuple(a.get() if isinstance(a, future_type) else a for a in args)
+    kwargs = {k: (v.get() if isinstance(v, future_type) else v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def register(
+    dispatch_mode: Any = Dispatch.ALL_TO_ALL,
+    execute_mode: Execute = Execute.ALL,
+    blocking: bool = True,
+    materialize_futures: bool = True,
+) -> Callable[[F], F]:
+    """Mark a worker method as callable through its :class:`~supervisor.group.WorkerGroup`.
+
+    Works on plain and ``async def`` methods.
+
+    Args:
+        dispatch_mode: how arguments are split across ranks (a :class:`Dispatch` member or a
+            ``{"dispatch_fn": ..., "collect_fn": ...}`` dict).
+        execute_mode: which ranks run the method.
+        blocking: the group call waits for and returns results; when False it returns ObjectRefs
+            (or a DataProtoFuture for DataProto-collecting modes).
+        materialize_futures: resolve DataProtoFuture arguments inside the worker before the call.
+
+    Raises:
+        ValueError: ``dispatch_mode`` or ``execute_mode`` is not valid.
+    """
+    check_dispatch_mode(dispatch_mode)
+    if not isinstance(execute_mode, Execute):
+        raise ValueError(f"execute_mode must be an Execute member, got {execute_mode!r}")
+    spec = MethodSpec(dispatch_mode=dispatch_mode, execute_mode=execute_mode, blocking=blocking)
+
+    def decorator(func: F) -> F:
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_inner(*args: Any, **kwargs: Any) -> Any:
+                if materialize_futures:
+                    args, kwargs = _materialize_futures(args, kwargs)
+                return await func(*args, **kwargs)
+
+            wrapper: Any = async_inner
+        else:
+
+            @functools.wraps(func)
+            def inner(*args: Any, **kwargs: Any) -> Any:
+                if materialize_futures:
+                    args, kwargs = _materialize_futures(args, kwargs)
+                return func(*args, **kwargs)
+
+            wrapper = inner
+        setattr(wrapper, MAGIC_ATTR, spec.as_dict())
+        return wrapper  # type: ignore[no-any-return]
+
+    return decorator
+
+
+def get_method_spec(method: Any) -> MethodSpec | None:
+    """Return the registration of ``method``, or None when it was not decorated with :func:`register`."""
+    attrs = getattr(method, MAGIC_ATTR, None)
+    if not isinstance(attrs, dict) or "dispatch_mode" not in attrs:
+        return None
+    return MethodSpec(
+        dispatch_mode=attrs["dispatch_mode"],
+        execute_mode=attrs.get("execute_mode", Execute.ALL),
+        blocking=attrs.get("blocking", True),
+    )

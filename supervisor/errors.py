@@ -1,0 +1,46 @@
+"""The exception hierarchy.
+
+Every error the library raises on purpose derives from :class:`SupervisorError`, so callers can catch
+one type. Subclasses say who is at fault and which knob to turn. All of them are plain exceptions with
+a single message argument, so they pickle across Ray processes unchanged.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SupervisorError",
+    "ConfigError",
+    "WorkerEnvError",
+    "DispatchError",
+    "UnknownMethodError",
+    "PlacementError",
+    "ClusterUnavailableError",
+]
+
+
+class SupervisorError(Exception):
+    """Base class of every error raised by ray-supervisor."""
+
+
+class ConfigError(SupervisorError, ValueError):
+    """The caller passed an invalid argument or specification (the user's input is at fault)."""
+
+
+class WorkerEnvError(ConfigError):
+    """The worker environment contract is violated: a reserved variable overridden, or one missing."""
+
+
+class DispatchError(SupervisorError, ValueError):
+    """Arguments of a group call do not fit its dispatch mode (wrong length, not chunkable, ...)."""
+
+
+class UnknownMethodError(SupervisorError, AttributeError):
+    """A group was asked to run a method its worker class does not define."""
+
+
+class PlacementError(SupervisorError):
+    """Placement groups could not be created or found as requested."""
+
+
+class ClusterUnavailableError(SupervisorError, ConnectionError):
+    """Ray is not initialised or the cluster cannot be reached."""

@@ -1,0 +1,348 @@
+"""``WorkerGroup``: one named actor per rank, placed into its bundle, driven as a unit.
+
+The group creates the actors (with the environment contract of :mod:`supervisor.env`), binds the
+worker class's registered methods onto itself (:mod:`supervisor.binding`) and runs calls on all
+ranks or on rank 0. Actors get deterministic names in a fixed namespace, so another driver can
+re-attach to a detached group with :meth:`WorkerGroup.from_detached`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from .actor_class import ClassWithInitArgs
+from .binding import bind_registered_methods
+from .env import Rendezvous, WorkerIdentity, check_user_env, worker_env_vars
+from .errors import ClusterUnavailableError, ConfigError, UnknownMethodError
+from .layout import BundleSlot, actor_name, validate_name_prefix
+from .log import get_logger
+from .pool import PlacementStrategy, ResourcePool
+from .rendezvous import pick_rendezvous
+
+__all__ = ["WorkerGroup", "DEFAULT_NAMESPACE"]
+
+# Named actors are looked up per namespace; a fixed one lets any driver find a detached group.
+DEFAULT_NAMESPACE = "ray_supervisor"
+
+log = get_logger("group")
+
+
+class WorkerGroup:
+    """A group of worker actors, one per rank of a resource pool.
+
+    Args:
+        resource_pool: where the ranks go; None when attaching to existing actors.
+        cls_with_init: the worker class and its constructor arguments.
+        bin_pack: create the pool's placement groups with STRICT_PACK (else PACK) if not created yet.
+        name_prefix: prefix of the actor names; a fresh unique one when None.
+        detached: actors outlive the creating job.
+        worker_names: attach to these existing actors instead of creating new ones.
+        worker_handles: attach to these actor handles (keeps strong references).
+        worker_env: extra environment variables for every rank; may not override the contract.
+        namespace: Ray namespace of the named actors.
+        master_addr, master_port: use this rendezvous instead of picking one on rank 0's node.
+
+    Raises:
+        ConfigError / WorkerEnvError: invalid arguments (nothing is created).
+        ClusterUnavailableError: Ray is not initialised.
+        PlacementError: the pool's resources are not available.
+    """
+
+    def __init__(
+        self,
+        resource_pool: ResourcePool | None = None,
+        cls_with_init: ClassWithInitArgs | None = None,
+        bin_pack: bool = True,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        worker_env: dict[str, str] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        master_addr: str | None = None,
+        master_port: int | str | None = None,
+    ) -> None:
+        self.name_prefix = validate_name_prefix(name_prefix) if name_prefix else f"wg-{uuid.uuid4().hex[:6]}-"
+        self.namespace = namespace
+        self.detached = bool(detached)
+        self.cls_with_init = cls_with_init
+        self.resource_pool = resource_pool
+        self.worker_env = check_user_env(worker_env)
+        self.fused_worker_used = False
+        self.sub_cls_name = ""
+        self._workers: list[Any] = []
+        self._worker_names: list[str] = []
+        self._slots: list[BundleSlot] = []
+        self._rendezvous: Rendezvous | None = None
+        self._dispatch_info: dict[str, list[int]] = {}
+        self._collect_info: dict[str, list[bool]] = {}
+        self.method_names: list[str] = []
+        if (master_addr is None) != (master_port is None):
+            raise ConfigError("give both master_addr and master_port, or neither (rank 0's node is then used)")
+        if master_addr is not None:
+            self._rendezvous = Rendezvous(str(master_addr), int(master_port))  # type: ignore[arg-type]
+
+        import ray
+
+        if not ray.is_initialized():
+            raise ClusterUnavailableError("Ray is not initialised: call ray.init(address=...) before creating a WorkerGroup")
+        if resource_pool is None:
+            if not worker_names and not worker_handles:
+                raise ConfigError("a WorkerGroup needs a resource_pool, or worker_names/worker_handles to attach to")
+            self._attach(worker_names, worker_handles)
+        else:
+            if cls_with_init is None:
+                raise ConfigError("cls_with_init is required to create workers in a resource pool")
+            self._create_workers(resource_pool, cls_with_init, bin_pack)
+        if cls_with_init is not None:
+            self.method_names = bind_registered_methods(self, cls_with_init.user_cls)
+
+    # -- construction ---------------------------------------------------------------------------
+    def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None) -> None:
+        import ray
+
+        if worker_handles:
+            self._workers = list(worker_handles)
+            self._worker_names = list(worker_names) if worker_names else []
+            return
+        assert worker_names is not None
+        handles = []
+        for name in worker_names:
+            try:
+                handles.append(ray.get_actor(name, namespace=self.namespace))
+            except ValueError:
+                raise ConfigError(f"no actor named {name!r} in namespace {self.namespace!r}") from None
+        self._workers = handles
+        self._worker_names = list(worker_names)
+
+    def _create_workers(self, pool: ResourcePool, cls_with_init: ClassWithInitArgs, bin_pack: bool) -> None:
+        if self.detached and not pool.detached:
+            log.warning("detached_group_in_non_detached_pool", group=self.name_prefix, pool=pool.name_prefix)
+        pgs = pool.get_placement_groups(strategy=None if bin_pack else PlacementStrategy.PACK)
+        slots = pool.rank_slots()
+        if self._rendezvous is None:
+            first = slots[0]
+            self._rendezvous = pick_rendezvous(pgs[first.pg_index], first.bundle_index)
+        class_name = cls_with_init.user_cls.__name__
+        try:
+            for slot in slots:
+                name = actor_name(self.name_prefix, class_name, slot)
+                handle = self._create_actor(pool, pgs, cls_with_init, slot, name, len(slots))
+                self._workers.append(handle)
+                self._worker_names.append(name)
+                self._slots.append(slot)
+        except BaseException:
+            # Transactional start: a half-created group leaves no actors behind.
+            self.kill()
+            raise
+        log.info(
+            "group_created",
+            group=self.name_prefix,
+            cls=class_name,
+            world_size=len(slots),
+            pool=pool.name_prefix,
+            master=f"{self._rendezvous.master_addr}:{self._rendezvous.master_port}",
+        )
+
+    def _create_actor(
+        self, pool: ResourcePool, pgs: list[Any], cls_with_init: ClassWithInitArgs, slot: BundleSlot, name: str, world_size: int
+    ) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        assert self._rendezvous is not None
+        identity = WorkerIdentity(
+            rank=slot.rank,
+            world_size=world_size,
+            local_rank=slot.local_rank,
+            local_world_size=slot.local_world_size,
+            prefix=self.name_prefix,
+        )
+        options = dict(cls_with_init.options)
+        runtime_env = dict(options.pop("runtime_env", None) or {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **worker_env_vars(identity, self._rendezvous, self.worker_env)}
+        options.update(
+            runtime_env=runtime_env,
+            name=name,
+            namespace=self.namespace,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=pgs[slot.pg_index], placement_group_bundle_index=slot.bundle_index
+            ),
+        )
+        if pool.use_gpu:
+            options["num_gpus"] = 1 / pool.max_colocate_count
+        if self.detached:
+            options["lifetime"] = "detached"
+        try:
+            return cls_with_init.actor_class().options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
+        except ValueError as exc:
+            if "already taken" in str(exc) or "already exists" in str(exc):
+                raise ConfigError(
+                    f"an actor named {name!r} already exists in namespace {self.namespace!r}: re-attach with "
+                    f"WorkerGroup.from_detached(worker_names=[...]) or kill it first"
+                ) from None
+            raise
+
+    @classmethod
+    def from_detached(
+        cls,
+        name_prefix: str | None = None,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        cls_with_init: ClassWithInitArgs | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        **kwargs: Any,
+    ) -> WorkerGroup:
+        """Attach to existing (typically detached) actors by name or handle, and bind the class's methods.
+
+        Raises:
+            ConfigError: a named actor does not exist in ``namespace``.
+        """
+        return cls(
+            resource_pool=None,
+            cls_with_init=cls_with_init,
+            name_prefix=name_prefix,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            namespace=namespace,
+            **kwargs,
+        )
+
+    def spawn(self, prefix_set: set[str] | list[str]) -> dict[str, WorkerGroup]:
+        """One group per role of a colocated group, sharing its actors, with the role's methods unprefixed.
+
+        Returns:
+            ``{role: group}``; ``group.method(...)`` calls ``role_method`` on the colocated actors.
+        """
+        out: dict[str, WorkerGroup] = {}
+        for role in prefix_set:
+            # Bypass subclass constructors (the verl adapter renames arguments): same type, attached.
+            group = type(self).__new__(type(self))
+            WorkerGroup.__init__(
+                group,
+                cls_with_init=self.cls_with_init,
+                name_prefix=self.name_prefix,
+                worker_names=self._worker_names,
+                worker_handles=self._workers,
+                namespace=self.namespace,
+            )
+            group._slots = list(self._slots)
+            group._rendezvous = self._rendezvous
+            group.resource_pool = self.resource_pool
+            prefix = role + "_"
+            for method_name in list(group.method_names):
+                if method_name.startswith(prefix):
+                    setattr(group, method_name[len(prefix) :], getattr(group, method_name))
+            group.sub_cls_name = role
+            out[role] = group
+        return out
+
+    # -- execution ------------------------------------------------------------------------------
+    def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            method = getattr(worker, method_name)
+        except AttributeError:
+            cls_name = self.cls_with_init.user_cls.__name__ if self.cls_with_init else "the worker class"
+            raise UnknownMethodError(f"{cls_name} has no method {method_name!r} (group {self.name_prefix})") from None
+        return method.remote(*args, **kwargs)
+
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method_name`` on every rank; returns one ObjectRef per rank.
+
+        When every argument is a list of world_size entries, rank i gets entry i of each; otherwise
+        every rank gets the arguments as they are.
+        """
+        n = len(self._workers)
+        values = [*args, *kwargs.values()]
+        if all(isinstance(v, list) and len(v) == n for v in values):
+            return [
+                self._remote(w, method_name, tuple(a[i] for a in args), {k: v[i] for k, v in kwargs.items()})
+                for i, w in enumerate(self._workers)
+            ]
+        return [self._remote(w, method_name, args, kwargs) for w in self._workers]
+
+    def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method_name`` on every rank and wait for the results (in rank order)."""
+        import ray
+
+        return list(ray.get(self.execute_all_async(method_name, *args, **kwargs)))
+
+    def execute_all(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Alias of :meth:`execute_all_async` (verl's semantics)."""
+        return self.execute_all_async(method_name, *args, **kwargs)
+
+    def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method_name`` on rank 0; returns its ObjectRef."""
+        return self._remote(self._workers[0], method_name, args, kwargs)
+
+    def execute_rank_zero_sync(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        return ray.get(self.execute_rank_zero_async(method_name, *args, **kwargs))
+
+    def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Alias of :meth:`execute_rank_zero_async` (verl's semantics)."""
+        return self.execute_rank_zero_async(method_name, *args, **kwargs)
+
+    # -- mesh dispatch info ---------------------------------------------------------------------
+    def dispatch_info(self, mesh_name: str) -> list[int]:
+        """dp rank of every rank on ``mesh_name`` (asked once, then cached)."""
+        if mesh_name not in self._dispatch_info:
+            self._dispatch_info[mesh_name] = self.execute_all_sync("_query_dispatch_info", mesh_name)
+        return self._dispatch_info[mesh_name]
+
+    def collect_info(self, mesh_name: str) -> list[bool]:
+        """Whether each rank's output is collected on ``mesh_name`` (asked once, then cached)."""
+        if mesh_name not in self._collect_info:
+            self._collect_info[mesh_name] = self.execute_all_sync("_query_collect_info", mesh_name)
+        return self._collect_info[mesh_name]
+
+    # -- introspection --------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return len(self._workers)
+
+    @property
+    def workers(self) -> list[Any]:
+        return self._workers
+
+    @property
+    def worker_names(self) -> list[str]:
+        return self._worker_names
+
+    @property
+    def slots(self) -> list[BundleSlot]:
+        """Bundle of every rank (empty for groups attached by name)."""
+        return list(self._slots)
+
+    @property
+    def master_address(self) -> str | None:
+        return self._rendezvous.master_addr if self._rendezvous else None
+
+    @property
+    def master_port(self) -> str | None:
+        return str(self._rendezvous.master_port) if self._rendezvous else None
+
+    def wait_ready(self, timeout_s: float = 300.0) -> list[dict[str, Any]]:
+        """Wait until every actor has been constructed; return each rank's :meth:`Worker.node_info`."""
+        import ray
+
+        return list(ray.get([w.node_info.remote() for w in self._workers], timeout=timeout_s))
+
+    # -- teardown -------------------------------------------------------------------------------
+    def kill(self) -> None:
+        """End the group's actors (detached ones too). Idempotent; safe when Ray is down."""
+        import ray
+
+        workers, self._workers = self._workers, []
+        self._worker_names = []
+        self._slots = []
+        if not ray.is_initialized():
+            return
+        for worker in workers:
+            try:
+                ray.kill(worker, no_restart=True)
+            except Exception as exc:  # already dead, or the cluster is gone
+                log.debug("actor_kill_failed", group=self.name_prefix, error=str(exc))
+        if workers:
+            log.info("group_killed", group=self.name_prefix, actors=len(workers))

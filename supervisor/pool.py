@@ -1,0 +1,434 @@
+"""Resource pools: the placement groups a set of worker groups runs in.
+
+A :class:`ResourcePool` describes ranks per node (``process_on_nodes``) and reserves one placement
+group per entry, each with one bundle per rank. Placement groups are created lazily (on first use),
+named deterministically from the pool's prefix and shape, and adopted instead of re-created when a
+placement group of that name and shape already exists (a detached pool re-attached by a restarted
+supervisor). When the groups become ready the pool records the node of every bundle; that record is
+the reference for placement-drift checks.
+
+Split and merged pools (:func:`split_resource_pool`, :func:`merge_resource_pool`) are views: they use
+the placement groups of the pools they came from and do not own them, so only the original pool's
+:meth:`ResourcePool.teardown` removes them.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ClusterUnavailableError, ConfigError, PlacementError
+from .layout import (
+    BundleSlot,
+    bundle_resources,
+    check_process_on_nodes,
+    placement_group_name,
+    rank_layout,
+    validate_name_prefix,
+)
+from .log import get_logger
+
+__all__ = [
+    "PlacementStrategy",
+    "ResourcePool",
+    "SubResourcePool",
+    "split_resource_pool",
+    "merge_resource_pool",
+    "BundlePlacement",
+]
+
+log = get_logger("pool")
+
+# How often a long wait for placement groups reports what it is still waiting for.
+_PROGRESS_INTERVAL_S = 10.0
+
+
+class PlacementStrategy(enum.Enum):
+    """Ray's placement-group strategies (within one placement group = one pool entry)."""
+
+    STRICT_PACK = "STRICT_PACK"
+    PACK = "PACK"
+    SPREAD = "SPREAD"
+    STRICT_SPREAD = "STRICT_SPREAD"
+
+    @classmethod
+    def parse(cls, value: PlacementStrategy | str) -> PlacementStrategy:
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value).upper())
+        except ValueError:
+            raise ConfigError(f"strategy {value!r} is not one of {[s.value for s in cls]}") from None
+
+
+@dataclass(frozen=True)
+class BundlePlacement:
+    """A bundle and the node it was on when its placement group became ready."""
+
+    pg_index: int
+    bundle_index: int
+    node_id: str
+
+
+def _require_ray() -> Any:
+    import ray
+
+    if not ray.is_initialized():
+        raise ClusterUnavailableError("Ray is not initialised: call ray.init(address=...) before using a ResourcePool")
+    return ray
+
+
+def _pg_state(pg: Any) -> str:
+    from ray.util import placement_group_table
+
+    return str(placement_group_table(pg).get("state", "UNKNOWN"))
+
+
+class ResourcePool:
+    """Ranks per node, reserved as one placement group per node.
+
+    Args:
+        process_on_nodes: ranks per placement group, e.g. ``[4, 4]`` for two nodes of four GPUs.
+        use_gpu: reserve one GPU per bundle (else bundles are CPU-only).
+        max_colocate_count: how many worker groups may share a bundle; each bundle gets this many
+            CPUs and each worker asks for ``1 / max_colocate_count`` GPU.
+        name_prefix: prefix of the placement-group names; a fresh unique one when None. Give one to
+            make the names deterministic (needed to re-adopt detached pools).
+        detached: placement groups outlive the creating job (``lifetime="detached"``).
+        strategy: placement strategy inside each placement group (STRICT_PACK keeps a node's ranks on
+            one node).
+        accelerator_type: optional Ray accelerator type to pin bundles to (e.g. ``"A100"``).
+        n_gpus_per_node: informational, as in verl.
+
+    Raises:
+        ConfigError: invalid layout, prefix or strategy.
+    """
+
+    def __init__(
+        self,
+        process_on_nodes: list[int] | None = None,
+        use_gpu: bool = True,
+        max_colocate_count: int = 10,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        strategy: PlacementStrategy | str = PlacementStrategy.STRICT_PACK,
+        accelerator_type: str | None = None,
+        n_gpus_per_node: int = 8,
+    ) -> None:
+        self._store: list[int] = check_process_on_nodes(process_on_nodes) if process_on_nodes else []
+        self.use_gpu = bool(use_gpu)
+        self.max_colocate_count = max_colocate_count
+        bundle_resources(max_colocate_count, use_gpu)  # validates max_colocate_count
+        self.name_prefix = validate_name_prefix(name_prefix) if name_prefix is not None else f"pool-{uuid.uuid4().hex[:8]}"
+        self.detached = bool(detached)
+        self.strategy = PlacementStrategy.parse(strategy)
+        self.accelerator_type = accelerator_type
+        self.n_gpus_per_node = n_gpus_per_node
+        self.pgs: list[Any] | None = None
+        self._owns_pgs = True
+        self._original_nodes: dict[tuple[int, int], str] = {}
+
+    # -- layout (pure) --------------------------------------------------------------------------
+    def add_node(self, process_count: int) -> None:
+        if self.pgs is not None:
+            raise PlacementError("cannot add a node to a pool whose placement groups already exist")
+        self._store = check_process_on_nodes([*self._store, process_count])
+
+    @property
+    def store(self) -> list[int]:
+        return self._store
+
+    def __call__(self) -> list[int]:
+        return self._store
+
+    @property
+    def world_size(self) -> int:
+        return sum(self._store)
+
+    def local_world_size_list(self) -> list[int]:
+        return [n for n in self._store for _ in range(n)]
+
+    def local_rank_list(self) -> list[int]:
+        return [i for n in self._store for i in range(n)]
+
+    def bundle(self) -> dict[str, float]:
+        """Resources of one bundle."""
+        return bundle_resources(self.max_colocate_count, self.use_gpu, self.accelerator_type)
+
+    def placement_group_names(self) -> list[str]:
+        return [placement_group_name(self.name_prefix, self._store, i) for i in range(len(self._store))]
+
+    def rank_slots(self) -> list[BundleSlot]:
+        """Bundle of every rank of a group that spans this pool, in rank order."""
+        return rank_layout(self._store)
+
+    # -- placement groups (Ray) -----------------------------------------------------------------
+    def get_placement_groups(
+        self,
+        strategy: PlacementStrategy | str | None = None,
+        name: str | None = None,
+        device_name: str | None = None,
+        timeout_s: float | None = 600.0,
+    ) -> list[Any]:
+        """Create (or adopt) the pool's placement groups and wait until they are ready.
+
+        Args:
+            strategy: overrides the pool's strategy for creation (verl passes it here).
+            name: unused, accepted for verl compatibility (names come from ``name_prefix``).
+            device_name: unused, accepted for verl compatibility.
+            timeout_s: how long to wait for the resources; None waits forever.
+
+        Returns:
+            The placement groups in rank order.
+
+        Raises:
+            ClusterUnavailableError: Ray is not initialised.
+            PlacementError: an existing placement group of the same name has another shape, or the
+                resources did not become available in time (nothing created is left behind).
+        """
+        if self.pgs is not None:
+            return self.pgs
+        if not self._store:
+            raise ConfigError("the pool has no nodes: process_on_nodes is empty")
+        ray = _require_ray()
+        from ray.util import get_placement_group, placement_group
+
+        strat = PlacementStrategy.parse(strategy) if strategy is not None else self.strategy
+        bundle = self.bundle()
+        lifetime = "detached" if self.detached else None
+        pgs: list[Any] = []
+        created: list[Any] = []
+        try:
+            for index, (pg_name, count) in enumerate(zip(self.placement_group_names(), self._store, strict=True)):
+                existing = self._find_existing(get_placement_group, pg_name)
+                if existing is not None:
+                    if list(existing.bundle_specs) != [bundle] * count:
+                        raise PlacementError(
+                            f"placement group {pg_name!r} exists with bundles {existing.bundle_specs}, "
+                            f"expected {count} x {bundle}; remove it or use another name_prefix"
+                        )
+                    log.info("placement_group_adopted", pool=self.name_prefix, name=pg_name, index=index)
+                    pgs.append(existing)
+                    continue
+                pg = placement_group(bundles=[dict(bundle) for _ in range(count)], strategy=strat.value, name=pg_name, lifetime=lifetime)
+                created.append(pg)
+                pgs.append(pg)
+            self._wait_ready(ray, pgs, timeout_s)
+        except BaseException:
+            for pg in created:
+                _remove_quietly(pg)
+            raise
+        self.pgs = self._rank_order(ray, pgs)
+        self._record_original_nodes()
+        return self.pgs
+
+    @staticmethod
+    def _find_existing(get_placement_group: Any, pg_name: str) -> Any | None:
+        try:
+            pg = get_placement_group(pg_name)
+        except ValueError:
+            return None
+        return None if _pg_state(pg) == "REMOVED" else pg
+
+    def _wait_ready(self, ray: Any, pgs: list[Any], timeout_s: float | None) -> None:
+        refs = {pg.ready(): i for i, pg in enumerate(pgs)}
+        pending = list(refs)
+        started = time.monotonic()
+        while pending:
+            elapsed = time.monotonic() - started
+            if timeout_s is not None and elapsed >= timeout_s:
+                missing = [self.placement_group_names()[refs[r]] for r in pending]
+                raise PlacementError(
+                    f"pool {self.name_prefix!r}: placement groups {missing} not ready after {elapsed:.0f}s "
+                    f"(each needs {len(pgs[refs[pending[0]]].bundle_specs)} x {self.bundle()}; cluster available: "
+                    f"{_available_resources(ray)})"
+                )
+            step = _PROGRESS_INTERVAL_S if timeout_s is None else min(_PROGRESS_INTERVAL_S, timeout_s - elapsed)
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=max(step, 0.0))
+            if pending:
+                log.info(
+                    "waiting_for_placement_groups",
+                    pool=self.name_prefix,
+                    pending=[self.placement_group_names()[refs[r]] for r in pending],
+                    waited_s=round(time.monotonic() - started, 1),
+                    timeout_s=timeout_s,
+                    bundle=self.bundle(),
+                    available=_available_resources(ray),
+                )
+
+    def _rank_order(self, ray: Any, pgs: list[Any]) -> list[Any]:
+        # Sort equal-sized placement groups by node IP so a rank lands on the same node across job
+        # restarts (node-local checkpoints rely on it). Python's sort is stable, so ties keep name order.
+        if len(set(self._store)) != 1:
+            return pgs
+        from ray.util import placement_group_table
+
+        node_ip = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+        def key(pg: Any) -> str:
+            node = placement_group_table(pg)["bundles_to_node_id"].get(0)
+            return str(node_ip.get(node, ""))
+
+        return sorted(pgs, key=key)
+
+    def _record_original_nodes(self) -> None:
+        self._original_nodes = {(b.pg_index, b.bundle_index): b.node_id for b in self.current_bundle_nodes()}
+
+    def current_bundle_nodes(self) -> list[BundlePlacement]:
+        """Where every bundle is right now (Ray re-places bundles of a lost node elsewhere)."""
+        from ray.util import placement_group_table
+
+        out: list[BundlePlacement] = []
+        for pg_index, pg in enumerate(self.pgs or []):
+            table = placement_group_table(pg)
+            for bundle_index, node_id in sorted(table.get("bundles_to_node_id", {}).items()):
+                out.append(BundlePlacement(pg_index, int(bundle_index), str(node_id)))
+        return out
+
+    def original_bundle_nodes(self) -> dict[tuple[int, int], str]:
+        """Node of every bundle when the placement groups became ready: ``{(pg_index, bundle_index): node_id}``."""
+        return dict(self._original_nodes)
+
+    def bundle_node(self, pg_index: int, bundle_index: int) -> str:
+        """The node bundle ``bundle_index`` of placement group ``pg_index`` was on when it became ready."""
+        try:
+            return self._original_nodes[(pg_index, bundle_index)]
+        except KeyError:
+            raise PlacementError(f"pool {self.name_prefix!r} has no ready bundle ({pg_index}, {bundle_index})") from None
+
+    def teardown(self) -> None:
+        """Remove the placement groups this pool created or adopted.
+
+        Idempotent, and safe when Ray is already shut down (there is then nothing left to remove).
+        Views made by split/merge own nothing and do nothing here.
+        """
+        pgs, self.pgs = self.pgs, None
+        self._original_nodes = {}
+        if not pgs or not self._owns_pgs:
+            return
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for pg in pgs:
+            _remove_quietly(pg)
+        log.info("pool_torn_down", pool=self.name_prefix, placement_groups=len(pgs))
+
+
+def _remove_quietly(pg: Any) -> None:
+    from ray.util import remove_placement_group
+
+    try:
+        remove_placement_group(pg)
+    except Exception as exc:  # the GCS may already be gone or the group removed
+        log.debug("placement_group_remove_failed", error=str(exc))
+
+
+def _available_resources(ray: Any) -> dict[str, float]:
+    try:
+        avail = ray.available_resources()
+    except Exception:
+        return {}
+    return {k: v for k, v in sorted(avail.items()) if k in ("CPU", "GPU") or k.startswith("accelerator_type")}
+
+
+class SubResourcePool(ResourcePool):
+    """A contiguous range of another pool's bundles (made by :func:`split_resource_pool`).
+
+    It shares the parent's placement groups and does not own them.
+    """
+
+    def __init__(
+        self,
+        placement_groups: list[Any],
+        start_bundle_index: int,
+        subgroup_world_size: int,
+        parent: ResourcePool,
+        name_prefix: str,
+    ) -> None:
+        super().__init__(
+            process_on_nodes=parent.store,
+            use_gpu=parent.use_gpu,
+            max_colocate_count=parent.max_colocate_count,
+            name_prefix=name_prefix,
+            detached=parent.detached,
+            strategy=parent.strategy,
+            accelerator_type=parent.accelerator_type,
+        )
+        self.pgs = placement_groups
+        self.start_bundle_index = int(start_bundle_index)
+        self.subgroup_world_size = int(subgroup_world_size)
+        self._owns_pgs = False
+        self._parent = parent
+        self._original_nodes = parent.original_bundle_nodes()
+
+    @property
+    def world_size(self) -> int:
+        return self.subgroup_world_size
+
+    def rank_slots(self) -> list[BundleSlot]:
+        return rank_layout(self._store, start=self.start_bundle_index, world_size=self.subgroup_world_size)
+
+    def get_placement_groups(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return self._parent.get_placement_groups(*args, **kwargs)
+
+
+def split_resource_pool(pool: ResourcePool, split_size: int | list[int]) -> list[SubResourcePool]:
+    """Split a pool (or a split of one) into consecutive sub-pools of ``split_size`` bundles each.
+
+    Creates the parent's placement groups if they do not exist yet.
+
+    Raises:
+        ConfigError: the sizes do not add up to the pool's world size.
+    """
+    if isinstance(split_size, int):
+        if split_size <= 0 or pool.world_size % split_size:
+            raise ConfigError(f"split_size {split_size} must divide the pool's world size {pool.world_size}")
+        sizes = [split_size] * (pool.world_size // split_size)
+    else:
+        sizes = [int(s) for s in split_size]
+        if any(s <= 0 for s in sizes) or sum(sizes) != pool.world_size:
+            raise ConfigError(f"split sizes {sizes} must be positive and add up to the pool's world size {pool.world_size}")
+    parent = pool._parent if isinstance(pool, SubResourcePool) else pool
+    base = pool.start_bundle_index if isinstance(pool, SubResourcePool) else 0
+    pgs = parent.get_placement_groups()
+    out: list[SubResourcePool] = []
+    start = base
+    for i, size in enumerate(sizes):
+        out.append(SubResourcePool(pgs, start, size, parent=parent, name_prefix=f"{pool.name_prefix}_split_{i}"))
+        start += size
+    return out
+
+
+def merge_resource_pool(rp1: ResourcePool, rp2: ResourcePool) -> ResourcePool:
+    """A pool spanning the placement groups of two pools (rp1's first). The result owns nothing.
+
+    Raises:
+        ConfigError: the pools differ in use_gpu, max_colocate_count or detached.
+    """
+    for attr in ("use_gpu", "max_colocate_count", "detached"):
+        if getattr(rp1, attr) != getattr(rp2, attr):
+            raise ConfigError(f"cannot merge pools with different {attr}: {getattr(rp1, attr)} vs {getattr(rp2, attr)}")
+    if isinstance(rp1, SubResourcePool) or isinstance(rp2, SubResourcePool):
+        raise ConfigError("cannot merge split pools; merge the original pools")
+    merged = ResourcePool(
+        process_on_nodes=rp1.store + rp2.store,
+        use_gpu=rp1.use_gpu,
+        max_colocate_count=rp1.max_colocate_count,
+        name_prefix=f"{rp1.name_prefix}_{rp2.name_prefix}",
+        detached=rp1.detached,
+        strategy=rp1.strategy,
+        accelerator_type=rp1.accelerator_type,
+    )
+    pgs1, pgs2 = rp1.get_placement_groups(), rp2.get_placement_groups()
+    merged.pgs = pgs1 + pgs2
+    merged._owns_pgs = False
+    offset = len(pgs1)
+    merged._original_nodes = {
+        **rp1.original_bundle_nodes(),
+        **{(pg + offset, b): node for (pg, b), node in rp2.original_bundle_nodes().items()},
+    }
+    return merged
