@@ -70,6 +70,18 @@ def _materialize_futures(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple
     return args, kwargs
 
 
+async def _materialize_futures_async(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    protocol = sys.modules.get("supervisor.protocol")
+    if protocol is None:
+        return args, kwargs
+    future_type = protocol.DataProtoFuture
+    args = tuple([(await a.get_async()) if isinstance(a, future_type) else a for a in args])
+    kwargs = {k: ((await v.get_async()) if isinstance(v, future_type) else v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def register(
     dispatch_mode: Any = Dispatch.ALL_TO_ALL,
     execute_mode: Execute = Execute.ALL,
@@ -102,7 +114,7 @@ def register(
             @functools.wraps(func)
             async def async_inner(*args: Any, **kwargs: Any) -> Any:
                 if materialize_futures:
-                    args, kwargs = _materialize_futures(args, kwargs)
+                    args, kwargs = await _materialize_futures_async(args, kwargs)
                 return await func(*args, **kwargs)
 
             wrapper: Any = async_inner

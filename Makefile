@@ -1,0 +1,33 @@
+# Set-up, the example job and the tests, in a virtual environment (.venv).
+#
+# torch: a CPU-only machine must not pull the multi-GB CUDA build that an unpinned `torch` resolves to.
+# The set-up installs TORCH_SPEC first unless the venv already has a torch (which it then keeps); the
+# project's own requirement (torch>=2.13.0) is then already satisfied.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+
+.PHONY: setup run test lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+run: setup
+	$(BIN)/python examples/quickstart.py
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/python -m ruff check supervisor tests examples
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

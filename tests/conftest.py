@@ -1,0 +1,61 @@
+"""Shared fixtures: a real multi-node Ray cluster on 127.0.0.1, one per test module."""
+
+from __future__ import annotations
+
+import os
+
+# Must be set before Ray starts anything: it keeps every Ray address on loopback.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Worker processes import the test worker classes (tests/workers.py) by module name, as they would
+# import a user's installed package; the local cluster's processes inherit this environment.
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [_TESTS_DIR, os.environ.get("PYTHONPATH", "")] if p)
+
+import pytest  # noqa: E402
+
+NODE_CPUS = 16
+NODE_GPUS = 4
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """Two nodes with 4 declared GPUs each; the driver is connected. Torn down even when tests fail."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": NODE_CPUS, "num_gpus": NODE_GPUS, "include_dashboard": False},
+    )
+    try:
+        cluster.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture
+def no_leaks(ray_cluster):
+    """Fails the test if it leaves a live placement group or a live actor behind."""
+    before_pgs = _live_placement_groups()
+    yield
+    import time
+
+    # Removal is asynchronous in the GCS; give it a moment before judging.
+    deadline = time.monotonic() + 10
+    while True:
+        leaked = _live_placement_groups() - before_pgs
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not leaked, f"leaked placement groups: {sorted(leaked)}"
+
+
+def _live_placement_groups() -> set[str]:
+    from ray.util import placement_group_table
+
+    return {pg_id for pg_id, info in placement_group_table().items() if info["state"] != "REMOVED"}

@@ -1,0 +1,131 @@
+"""Light worker classes used by the tests (no torch import at module level)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from supervisor import Dispatch, Execute, Worker, make_nd_compute_dataproto_dispatch_fn, register
+
+
+class CounterWorker(Worker):
+    """``value = rank + offset``; the README example."""
+
+    def __init__(self, offset: int = 0) -> None:
+        super().__init__()
+        self.value = self.rank + offset
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def add_nonblocking(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def scale(self, factor: int) -> int:
+        return self.value * factor
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def whoami(self, tag: str) -> tuple[str, int]:
+        return tag, self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def rank_zero_value(self) -> int:
+        return self.value
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE)
+    def times_rank(self, x: int) -> int:
+        return x * (self.rank + 1)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def async_add(self, n: int) -> int:
+        await asyncio.sleep(0)
+        return self.value + n
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    async def async_add_nonblocking(self, n: int) -> int:
+        return self.value + n
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def env(self, keys: list[str]) -> dict[str, str | None]:
+        return {k: os.environ.get(k) for k in keys}
+
+    def unregistered(self) -> str:
+        return "direct"
+
+
+class ProtoWorker(Worker):
+    """DataProto workers: double ``x`` and tag the rows with the rank that saw them."""
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def double(self, data):
+        from supervisor.protocol import DataProto
+
+        import numpy as np
+
+        out = DataProto.from_dict(
+            tensors={"x": data.batch["x"] * 2},
+            non_tensors={"seen_by": np.array([self.rank] * len(data), dtype=object)},
+            meta_info={"metrics": {"rows": len(data)}},
+        )
+        return out
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def double_nonblocking(self, data):
+        return self.double.__wrapped__(self, data)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def count(self, data) -> dict[str, int]:
+        return {"rank": self.rank, "rows": len(data)}
+
+
+
+class AsyncProtoWorker(ProtoWorker):
+    """An async actor (it has an async method): DataProtoFuture arguments are awaited, not blocked on."""
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    async def async_double(self, data):
+        return self.double.__wrapped__(self, data)
+
+
+class MeshWorker(Worker):
+    """Ranks pair up into dp groups of 2: dp_rank = rank // 2; the first of each pair is collected."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._register_dispatch_collect_info("train", dp_rank=self.rank // 2, is_collect=self.rank % 2 == 0)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("train"))
+    def tag(self, data):
+        from supervisor.protocol import DataProto
+
+        import numpy as np
+
+        return DataProto.from_dict(
+            tensors={"x": data.batch["x"]},
+            non_tensors={"dp_rank": np.array([self.rank // 2] * len(data), dtype=object)},
+        )
+
+
+class ActorRole(Worker):
+    def __init__(self, lr: float = 0.1) -> None:
+        super().__init__()
+        self.lr = lr
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe(self) -> tuple[str, int, float, int]:
+        return "actor", self.rank, self.lr, os.getpid()
+
+
+class CriticRole(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe(self) -> tuple[str, int, int]:
+        return "critic", self.rank, os.getpid()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def value(self, x: int) -> int:
+        return x + self.rank
