@@ -39,10 +39,13 @@ def info(address: str | None, as_json: bool) -> None:
     if address:
         import ray
 
+        from .cluster import connect
+        from .errors import ClusterUnavailableError
+
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-        except Exception as exc:  # a dead or wrong address: one clear line, exit 1
-            raise click.ClickException(f"cannot connect to Ray at {address}: {exc}") from None
+            connect(address, logging_level="ERROR")
+        except ClusterUnavailableError as exc:
+            raise click.ClickException(str(exc)) from None
         try:
             out["cluster_resources"] = ray.cluster_resources()
             out["alive_nodes"] = sum(1 for n in ray.nodes() if n.get("Alive"))
@@ -53,3 +56,5 @@ def info(address: str | None, as_json: bool) -> None:
     else:
         for key, value in out.items():
             click.echo(f"{key}: {value}")
+if __name__ == "__main__":
+    main()

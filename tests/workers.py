@@ -63,9 +63,9 @@ class ProtoWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def double(self, data):
-        from supervisor.protocol import DataProto
-
         import numpy as np
+
+        from supervisor.protocol import DataProto
 
         out = DataProto.from_dict(
             tensors={"x": data.batch["x"] * 2},
@@ -101,9 +101,9 @@ class MeshWorker(Worker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("train"))
     def tag(self, data):
-        from supervisor.protocol import DataProto
-
         import numpy as np
+
+        from supervisor.protocol import DataProto
 
         return DataProto.from_dict(
             tensors={"x": data.batch["x"]},

@@ -11,7 +11,9 @@ from supervisor.dispatch import collect_nd_compute_dataproto as collect_nd_compu
 from supervisor.dispatch import dispatch_all_to_all as dispatch_all_to_all
 from supervisor.dispatch import dispatch_dp_compute as dispatch_dp_compute
 from supervisor.dispatch import dispatch_dp_compute_data_proto as dispatch_dp_compute_data_proto
-from supervisor.dispatch import dispatch_dp_compute_data_proto_with_func as dispatch_dp_compute_data_proto_with_func
+from supervisor.dispatch import (
+    dispatch_dp_compute_data_proto_with_func as dispatch_dp_compute_data_proto_with_func,
+)
 from supervisor.dispatch import dispatch_nd_compute as dispatch_nd_compute
 from supervisor.dispatch import dispatch_nd_compute_dataproto as dispatch_nd_compute_dataproto
 from supervisor.dispatch import dispatch_one_to_all as dispatch_one_to_all
