@@ -57,7 +57,7 @@ class VerlStyleWorker(Worker):
         return DataProto.from_dict(
             tensors={"y": data.batch["x"] * self.weight},
             non_tensors={"rank": np.array([self.rank] * len(data), dtype=object)},
-            meta_info={"rows_on_rank": len(data)},
+            meta_info={"metrics": {"rows": len(data)}, "weight": self.weight},
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -143,7 +143,7 @@ class SplitActor(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def placement(self):
         ctx = ray.get_runtime_context()
-        return {"rank": self.rank, "world_size": self.world_size, "node_id": ctx.get_node_id(), "pid": os.getpid()}
+        return {"rank": self.rank, "world_size": self.world_size, "node_id": ctx.get_node_id()}
 
 
 def attach_and_call(worker_names):
