@@ -41,21 +41,35 @@ def ray_cluster():
 @pytest.fixture
 def no_leaks(ray_cluster):
     """Fails the test if it leaves a live placement group or a live actor behind."""
-    before_pgs = _live_placement_groups()
+    before_pgs, before_actors = _live_placement_groups(), _live_actors()
     yield
     import time
 
     # Removal is asynchronous in the GCS; give it a moment before judging.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 15
     while True:
-        leaked = _live_placement_groups() - before_pgs
-        if not leaked or time.monotonic() > deadline:
+        leaked_pgs = _live_placement_groups() - before_pgs
+        leaked_actors = {k: v for k, v in _live_actors().items() if k not in before_actors}
+        if (not leaked_pgs and not leaked_actors) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    assert not leaked, f"leaked placement groups: {sorted(leaked)}"
+    assert not leaked_pgs, f"leaked placement groups: {sorted(leaked_pgs)}"
+    assert not leaked_actors, f"leaked actors: {sorted(leaked_actors.values())}"
 
 
 def _live_placement_groups() -> set[str]:
     from ray.util import placement_group_table
 
     return {pg_id for pg_id, info in placement_group_table().items() if info["state"] != "REMOVED"}
+
+
+def _live_actors() -> dict[str, str]:
+    # The public state API needs the dashboard, which the test clusters do not start; the GCS table
+    # behind ray._private.state is the same source of truth.
+    from ray._private import state
+
+    return {
+        actor_id: info.get("Name") or info.get("ActorClassName", "?")
+        for actor_id, info in state.actors().items()
+        if info.get("State") != "DEAD"
+    }
