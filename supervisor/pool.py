@@ -129,6 +129,7 @@ class ResourcePool:
         self.n_gpus_per_node = n_gpus_per_node
         self.pgs: list[Any] | None = None
         self._owns_pgs = True
+        self._parent: ResourcePool | None = None
         self._original_nodes: dict[tuple[int, int], str] = {}
 
     # -- layout (pure) --------------------------------------------------------------------------
@@ -349,7 +350,10 @@ class SubResourcePool(ResourcePool):
         parent: ResourcePool,
         name_prefix: str,
     ) -> None:
-        super().__init__(
+        # Explicit base call: compat subclasses mix this class with pool types whose constructors
+        # take verl's arguments, and a cooperative super() would reach those.
+        ResourcePool.__init__(
+            self,
             process_on_nodes=parent.store,
             use_gpu=parent.use_gpu,
             max_colocate_count=parent.max_colocate_count,
@@ -362,7 +366,7 @@ class SubResourcePool(ResourcePool):
         self.start_bundle_index = int(start_bundle_index)
         self.subgroup_world_size = int(subgroup_world_size)
         self._owns_pgs = False
-        self._parent = parent
+        self._parent: ResourcePool = parent
         self._original_nodes = parent.original_bundle_nodes()
 
     @property
@@ -376,7 +380,11 @@ class SubResourcePool(ResourcePool):
         return self._parent.get_placement_groups(*args, **kwargs)
 
 
-def split_resource_pool(pool: ResourcePool, split_size: int | list[int]) -> list[SubResourcePool]:
+# The class split_resource_pool builds for a pool of this type (the verl adapter overrides it).
+ResourcePool.sub_pool_class = SubResourcePool  # type: ignore[attr-defined]
+
+
+def split_resource_pool(resource_pool: ResourcePool, split_size: int | list[int]) -> list[SubResourcePool]:
     """Split a pool (or a split of one) into consecutive sub-pools of ``split_size`` bundles each.
 
     Creates the parent's placement groups if they do not exist yet.
@@ -384,6 +392,7 @@ def split_resource_pool(pool: ResourcePool, split_size: int | list[int]) -> list
     Raises:
         ConfigError: the sizes do not add up to the pool's world size.
     """
+    pool = resource_pool
     if isinstance(split_size, int):
         if split_size <= 0 or pool.world_size % split_size:
             raise ConfigError(f"split_size {split_size} must divide the pool's world size {pool.world_size}")
@@ -395,16 +404,17 @@ def split_resource_pool(pool: ResourcePool, split_size: int | list[int]) -> list
     parent = pool._parent if isinstance(pool, SubResourcePool) else pool
     base = pool.start_bundle_index if isinstance(pool, SubResourcePool) else 0
     pgs = parent.get_placement_groups()
+    sub_cls = parent.sub_pool_class
     out: list[SubResourcePool] = []
     start = base
     for i, size in enumerate(sizes):
-        out.append(SubResourcePool(pgs, start, size, parent=parent, name_prefix=f"{pool.name_prefix}_split_{i}"))
+        out.append(sub_cls(pgs, start, size, parent=parent, name_prefix=f"{pool.name_prefix}_split_{i}"))
         start += size
     return out
 
 
 def merge_resource_pool(rp1: ResourcePool, rp2: ResourcePool) -> ResourcePool:
-    """A pool spanning the placement groups of two pools (rp1's first). The result owns nothing.
+    """A pool of rp1's type spanning the placement groups of two pools (rp1's first). It owns nothing.
 
     Raises:
         ConfigError: the pools differ in use_gpu, max_colocate_count or detached.
@@ -414,7 +424,11 @@ def merge_resource_pool(rp1: ResourcePool, rp2: ResourcePool) -> ResourcePool:
             raise ConfigError(f"cannot merge pools with different {attr}: {getattr(rp1, attr)} vs {getattr(rp2, attr)}")
     if isinstance(rp1, SubResourcePool) or isinstance(rp2, SubResourcePool):
         raise ConfigError("cannot merge split pools; merge the original pools")
-    merged = ResourcePool(
+    # Same type as rp1 (verl code checks isinstance on the merged pool), built through the base
+    # constructor because subclasses may take other arguments.
+    merged = type(rp1).__new__(type(rp1))
+    ResourcePool.__init__(
+        merged,
         process_on_nodes=rp1.store + rp2.store,
         use_gpu=rp1.use_gpu,
         max_colocate_count=rp1.max_colocate_count,

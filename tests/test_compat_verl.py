@@ -31,18 +31,11 @@ Not provided (verl exports them; the compat layer deliberately does not):
   (``func_generator``, ``get_master_addr_port``, ``get_random_string``,
   ``sort_placement_group_by_node_ip``, ``extract_pg_from_exist``).
 
-Known incompatibilities (tests marked ``xfail(strict=True)``, so fixing one turns its marker into a
-failure to remove):
-
-* ``from verl.single_controller import WorkerGroup`` (verl re-exports ``base.__all__`` there; used by
-  ``verl/utils/checkpoint/checkpoint_handler.py``): the compat package is empty.
-* ``from verl.single_controller.ray.base import Worker`` (verl's ``ray.base.__all__ == ["Worker"]``).
-* ``split_resource_pool(resource_pool=..., split_size=...)`` (verl's keyword, used by verl's own tests):
-  ours names the first parameter ``pool``.
-* Class hierarchy: verl's ``RayResourcePool`` derives from ``base.ResourcePool`` and
-  ``SubRayResourcePool`` from ``RayResourcePool``; here neither holds (both derive from
-  ``supervisor.pool.ResourcePool`` directly), and ``merge_resource_pool`` returns a plain
-  ``ResourcePool`` where verl returns ``type(rp1)``, so ``isinstance(pool, RayResourcePool)`` checks fail.
+Incompatibilities found by this module and fixed (each keeps a regression test below): the
+``single_controller`` package re-exports ``base``; ``ray.base`` exports ``Worker``;
+``split_resource_pool(resource_pool=..., split_size=...)``; ``RayResourcePool`` derives from
+``base.ResourcePool`` and ``SubRayResourcePool`` from ``RayResourcePool``; ``merge_resource_pool``
+returns ``type(rp1)``.
 
 Signature deviations that do not break callers are listed in ``SIGNATURE_DEVIATIONS``.
 """
@@ -179,11 +172,8 @@ NOT_PROVIDED_METHODS = {
     "WorkerGroup.start_worker_aliveness_check",
 }
 
-# Exported by verl, missing here, and used by verl code: real incompatibilities (xfail tests below).
-KNOWN_MISSING: dict[str, set[str]] = {
-    "verl.single_controller": {"Worker", "WorkerGroup", "ClassWithInitArgs", "ResourcePool"},
-    "verl.single_controller.ray.base": {"Worker"},
-}
+# Exported by verl, missing here, and used by verl code (none at present).
+KNOWN_MISSING: dict[str, set[str]] = {}
 
 # verl signatures we do not match, with why callers are not affected.
 SIGNATURE_DEVIATIONS = {
@@ -192,7 +182,7 @@ SIGNATURE_DEVIATIONS = {
     "WorkerGroup.__init__": "verl's base class is abstract (resource_pool, **kwargs); ours is the concrete group",
     "RayClassWithInitArgs.__call__": "verl's creates the actor in a bundle (internal to RayWorkerGroup); ours builds it locally",
 }
-KNOWN_INCOMPATIBLE_SIGNATURES = {"split_resource_pool": "first parameter is named pool, verl's is resource_pool"}
+KNOWN_INCOMPATIBLE_SIGNATURES: dict[str, str] = {}
 
 VERL_MODULE_FILES = {
     "verl": "__init__.py",
@@ -328,7 +318,6 @@ SIGNATURE_CASES = [
         "single_controller/ray/base.py",
         "split_resource_pool",
         [_p("resource_pool"), _p("split_size")],
-        marks=pytest.mark.xfail(strict=True, reason="known incompatibility: " + KNOWN_INCOMPATIBLE_SIGNATURES["split_resource_pool"]),
         id="split_resource_pool",
     ),
     (
@@ -434,7 +423,10 @@ def verl_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[Param]:
     a = fn.args
     positional = a.posonlyargs + a.args
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
-    out = [(p.arg, "pos", REQUIRED if d is None else ast.unparse(d)) for p, d in zip(positional, defaults, strict=True)]
+    out = [
+        (p.arg, "pos", REQUIRED if d is None else ast.unparse(d))
+        for p, d in zip(positional, defaults, strict=True)
+    ]
     if a.vararg:
         out.append((a.vararg.arg, "*", REQUIRED))
     for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
@@ -444,7 +436,9 @@ def verl_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[Param]:
     return out
 
 
-def _strip_implicit(qualname: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, params: list[Param]) -> list[Param]:
+def _strip_implicit(
+    qualname: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, params: list[Param]
+) -> list[Param]:
     # Calling a class or a classmethod does not pass self/cls; instance methods are compared with self.
     decorators = {ast.unparse(d) for d in fn.decorator_list}
     if qualname.endswith(".__init__") or "classmethod" in decorators:
@@ -530,14 +524,23 @@ def test_compat_modules_expose_the_same_objects():
     assert issubclass(ray_pkg.RayClassWithInitArgs, base.ClassWithInitArgs)
     assert protocol.DataProtoConfig.auto_padding_key == "_verl_auto_padding"
     # Dispatch/Execute members verl programs use
-    for member in ("RANK_ZERO", "ONE_TO_ALL", "ALL_TO_ALL", "DP_COMPUTE", "DP_COMPUTE_PROTO", "DP_COMPUTE_PROTO_WITH_FUNC", "DP_COMPUTE_METRIC", "DIRECT_ROLLOUT_METHOD"):
+    for member in (
+        "RANK_ZERO",
+        "ONE_TO_ALL",
+        "ALL_TO_ALL",
+        "DP_COMPUTE",
+        "DP_COMPUTE_PROTO",
+        "DP_COMPUTE_PROTO_WITH_FUNC",
+        "DP_COMPUTE_METRIC",
+        "DIRECT_ROLLOUT_METHOD",
+    ):
         assert isinstance(getattr(decorator.Dispatch, member), decorator.Dispatch), member
     assert {m.name for m in decorator.Execute.members()} >= {"ALL", "RANK_ZERO"}
 
 
 def test_not_provided_names_are_really_absent():
     """Keeps the module docstring honest without verl: a name that appears must leave the list."""
-    for verl_module, names in {**NOT_PROVIDED}.items():
+    for verl_module, names in NOT_PROVIDED.items():
         module = importlib.import_module(COMPAT + verl_module)
         present = sorted(n for n in names if hasattr(module, n))
         assert not present, f"{COMPAT}{verl_module} now provides {present}: remove them from NOT_PROVIDED"
@@ -548,7 +551,9 @@ def _verl_public_names(verl_module: str, trees: dict[str, ast.Module]) -> set[st
     tree = trees[verl_module]
     names: set[str] = set()
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+        if isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+        ) and not node.name.startswith("_"):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             for target in node.targets:
@@ -572,36 +577,38 @@ def test_verl_exports_match_compat_modulo_documented_gaps():
         exported = _verl_public_names(verl_module, trees)
         missing = {n for n in exported if not hasattr(module, n)}
         documented = NOT_PROVIDED.get(verl_module, set()) | KNOWN_MISSING.get(verl_module, set())
-        assert missing == documented, f"{verl_module}: missing {sorted(missing)}, documented {sorted(documented)}"
-    assert set(VERL_EXPORTS["verl.single_controller.base"]) == _verl_public_names("verl.single_controller.base", trees)
+        assert missing == documented, (
+            f"{verl_module}: missing {sorted(missing)}, documented {sorted(documented)}"
+        )
+    assert set(VERL_EXPORTS["verl.single_controller.base"]) == _verl_public_names(
+        "verl.single_controller.base", trees
+    )
     ray_all = _verl_public_names("verl.single_controller.ray", trees)
-    assert set(VERL_EXPORTS["verl.single_controller.ray"]) == ray_all - NOT_PROVIDED["verl.single_controller.ray"]
+    assert (
+        set(VERL_EXPORTS["verl.single_controller.ray"])
+        == ray_all - NOT_PROVIDED["verl.single_controller.ray"]
+    )
 
 
-@pytest.mark.xfail(strict=True, raises=ImportError, reason="known incompatibility: compat single_controller re-exports nothing")
 def test_single_controller_package_reexports_base():
     # verl/utils/checkpoint/checkpoint_handler.py: from verl.single_controller import WorkerGroup
     from supervisor.compat.verl.single_controller import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup  # noqa: F401
 
 
-@pytest.mark.xfail(strict=True, raises=ImportError, reason="known incompatibility: verl's ray.base.__all__ is ['Worker']")
 def test_ray_base_exports_worker():
     from supervisor.compat.verl.single_controller.ray.base import Worker  # noqa: F401
 
 
-@pytest.mark.xfail(strict=True, reason="known incompatibility: RayResourcePool does not derive from the compat base ResourcePool")
 def test_ray_resource_pool_is_a_base_resource_pool():
     # verl: class RayResourcePool(ResourcePool), with ResourcePool from verl.single_controller.base
     assert issubclass(RayResourcePool, ResourcePool)
 
 
-@pytest.mark.xfail(strict=True, reason="known incompatibility: SubRayResourcePool does not derive from RayResourcePool")
 def test_sub_ray_resource_pool_is_a_ray_resource_pool():
     # verl: class SubRayResourcePool(RayResourcePool); split pools pass isinstance(p, RayResourcePool)
     assert issubclass(SubRayResourcePool, RayResourcePool)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="known incompatibility: " + KNOWN_INCOMPATIBLE_SIGNATURES["split_resource_pool"])
 def test_split_resource_pool_accepts_verl_keywords():
     # verl's tests/single_controller/test_split_resource_pool.py calls it with keywords
     inspect.signature(split_resource_pool).bind(resource_pool=object(), split_size=2)
@@ -616,7 +623,7 @@ def _kill(*groups: Any) -> None:
             group.kill()  # not verl API: verl relies on the job ending; here the module's cluster is shared
 
 
-def test_verl_style_program_end_to_end(ray_cluster, no_leaks):
+def test_verl_style_program_end_to_end(ray_cluster, no_leaks, monkeypatch):
     import numpy as np
     import torch
     from verl_style_workers import VerlStyleWorker
@@ -624,11 +631,14 @@ def test_verl_style_program_end_to_end(ray_cluster, no_leaks):
     from supervisor.compat.verl import DataProto
     from supervisor.compat.verl.protocol import DataProtoConfig
 
+    monkeypatch.delenv("VERL_AUTO_PADDING", raising=False)  # padding is switched on explicitly below
     ray_cls_with_init = RayClassWithInitArgs(cls=ray.remote(VerlStyleWorker), config={"scale": 3})
     resource_pool = RayResourcePool(process_on_nodes=[2], use_gpu=True, max_colocate_count=1)
     wg = None
     try:
-        wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=ray_cls_with_init, name_prefix="verl_e2e")
+        wg = RayWorkerGroup(
+            resource_pool=resource_pool, ray_cls_with_init=ray_cls_with_init, name_prefix="verl_e2e"
+        )
         assert wg.world_size == 2
         # verl's naming: f"{name_prefix}{ClassName}_{pg_idx}:{local_rank}"
         assert wg.worker_names == ["verl_e2eVerlStyleWorker_0:0", "verl_e2eVerlStyleWorker_0:1"]
@@ -646,7 +656,9 @@ def test_verl_style_program_end_to_end(ray_cluster, no_leaks):
 
         # verl's own padding test: positional dicts, data passed by keyword, in-place worker update
         padded = DataProto.from_dict(
-            {"a": torch.zeros(5)}, {"na": np.array([str(i) for i in range(5)], dtype=object)}, auto_padding=True
+            {"a": torch.zeros(5)},
+            {"na": np.array([str(i) for i in range(5)], dtype=object)},
+            auto_padding=True,
         )
         out = wg.add_rank(data=padded)
         assert out.batch["a"].tolist() == [0.0, 0.0, 0.0, 1.0, 1.0]
@@ -657,7 +669,11 @@ def test_verl_style_program_end_to_end(ray_cluster, no_leaks):
             wg.add_rank(DataProto.from_dict({"a": torch.zeros(3)}))
         DataProtoConfig.auto_padding = True
         try:
-            assert wg.add_rank(DataProto.from_single_dict({"a": torch.zeros(3)})).batch["a"].tolist() == [0.0, 0.0, 1.0]
+            assert wg.add_rank(DataProto.from_single_dict({"a": torch.zeros(3)})).batch["a"].tolist() == [
+                0.0,
+                0.0,
+                1.0,
+            ]
         finally:
             DataProtoConfig.auto_padding = False
 
@@ -721,7 +737,10 @@ def test_colocated_workers_the_verl_way(ray_cluster, no_leaks):
         ray_cls_with_init = create_colocated_worker_cls(class_dict=cls_dict)
         wg_dict = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=ray_cls_with_init)
         assert wg_dict.world_size == 2
-        assert [n[len(wg_dict.name_prefix) :] for n in wg_dict.worker_names] == ["WorkerDict_0:0", "WorkerDict_0:1"]
+        assert [n[len(wg_dict.name_prefix) :] for n in wg_dict.worker_names] == [
+            "WorkerDict_0:0",
+            "WorkerDict_0:1",
+        ]
 
         spawn_wg = wg_dict.spawn(prefix_set={"actor", "critic"})
         assert set(spawn_wg) == {"actor", "critic"}
@@ -760,7 +779,9 @@ def test_from_detached_reattaches_to_a_detached_group(ray_cluster, no_leaks):
 
     from supervisor.compat.verl import DataProto
 
-    resource_pool = RayResourcePool(process_on_nodes=[2], use_gpu=True, max_colocate_count=1, name_prefix="verl_det_pool", detached=True)
+    resource_pool = RayResourcePool(
+        process_on_nodes=[2], use_gpu=True, max_colocate_count=1, name_prefix="verl_det_pool", detached=True
+    )
     wg = None
     try:
         wg = RayWorkerGroup(
@@ -777,7 +798,11 @@ def test_from_detached_reattaches_to_a_detached_group(ray_cluster, no_leaks):
             ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(VerlStyleWorker), config={"scale": 999}),
         )
         assert type(attached) is RayWorkerGroup
-        assert attached.worker_names == wg.worker_names == ["verl_detVerlStyleWorker_0:0", "verl_detVerlStyleWorker_0:1"]
+        assert (
+            attached.worker_names
+            == wg.worker_names
+            == ["verl_detVerlStyleWorker_0:0", "verl_detVerlStyleWorker_0:1"]
+        )
         assert attached.world_size == 2
         assert attached.execute_all_sync("pid") == pids, "must drive the same actors"
         # state set through the first handle is visible; the attach-time config is not used
@@ -810,14 +835,18 @@ def test_split_resource_pool_into_worker_groups(ray_cluster, no_leaks):
     groups: list[Any] = []
 
     def make_group(pool, worker_id):
-        group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(cls=SplitActor, worker_id=worker_id))
+        group = RayWorkerGroup(
+            resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(cls=SplitActor, worker_id=worker_id)
+        )
         groups.append(group)
         return group
 
     def nodes(group):
+        # no DataProto here: actors that never receive one never import torch
         info = group.placement()
         assert [i["rank"] for i in info] == list(range(group.world_size))
         assert {i["world_size"] for i in info} == {group.world_size}
+        assert len({i["worker_id"] for i in info}) == 1
         return [i["node_id"] for i in info]
 
     try:
@@ -837,23 +866,30 @@ def test_split_resource_pool_into_worker_groups(ray_cluster, no_leaks):
         assert left_nodes == [node_a] * 3 and right_nodes == [node_b] * 3 and node_a != node_b
         _kill(left, right)
 
-        # uneven split crossing the node boundary: bundles 0-1 and 2-5
+        # uneven split crossing the node boundary: bundles 0-1 and 2-5 (rank 0 of the second on node A)
         small_pool, cross_pool = split_resource_pool(global_resource_pool, split_size=[2, 4])
-        small, cross = make_group(small_pool, 0), make_group(cross_pool, 100)
-        assert (small.world_size, cross.world_size) == (2, 4)
-        assert nodes(small) == [node_a, node_a]
+        assert (small_pool.world_size, cross_pool.world_size) == (2, 4)
+        cross = make_group(cross_pool, 100)
+        assert cross.world_size == 4
         assert nodes(cross) == [node_a, node_b, node_b, node_b]
-        assert cross.add(DataProto.from_dict({"a": torch.zeros(4)})).batch["a"].tolist() == [100.0, 101.0, 102.0, 103.0]
         _kill(cross)
 
-        # splitting a split pool: bundle 2 alone, then bundles 3-5
+        # splitting a split pool: bundle 2 alone, then bundles 3-5; all sub-pools used at once
         single_pool, triple_pool = split_resource_pool(cross_pool, split_size=[1, 3])
-        single, triple = make_group(single_pool, 200), make_group(triple_pool, 300)
+        small, single, triple = (
+            make_group(small_pool, 0),
+            make_group(single_pool, 200),
+            make_group(triple_pool, 300),
+        )
+        assert (small.world_size, single.world_size, triple.world_size) == (2, 1, 3)
+        assert nodes(small) == [node_a, node_a]
         assert nodes(single) == [node_a]
         assert nodes(triple) == [node_b] * 3
-        assert single.add(DataProto.from_dict({"a": torch.zeros(2)})).batch["a"].tolist() == [200.0, 200.0]
-        assert triple.add(DataProto.from_dict({"a": torch.zeros(3)})).batch["a"].tolist() == [300.0, 301.0, 302.0]
-        assert small.add(DataProto.from_dict({"a": torch.zeros(2)})).batch["a"].tolist() == [0.0, 1.0]
+        assert triple.add(DataProto.from_dict({"a": torch.zeros(3)})).batch["a"].tolist() == [
+            300.0,
+            301.0,
+            302.0,
+        ]
     finally:
         _kill(*groups)
         global_resource_pool.teardown()
@@ -871,7 +907,9 @@ def test_merge_resource_pool_the_verl_way(ray_cluster, no_leaks):
     try:
         merged = merge_resource_pool(rp1, rp2)
         assert merged.world_size == 2 and merged.store == [1, 1]
-        group = RayWorkerGroup(resource_pool=merged, ray_cls_with_init=RayClassWithInitArgs(cls=SplitActor, worker_id=7))
+        group = RayWorkerGroup(
+            resource_pool=merged, ray_cls_with_init=RayClassWithInitArgs(cls=SplitActor, worker_id=7)
+        )
         assert group.add(DataProto.from_dict({"a": torch.zeros(2)})).batch["a"].tolist() == [7.0, 8.0]
     finally:
         _kill(group)
@@ -879,7 +917,6 @@ def test_merge_resource_pool_the_verl_way(ray_cluster, no_leaks):
         rp2.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="known incompatibility: merge_resource_pool returns a plain ResourcePool")
 def test_merge_resource_pool_returns_a_ray_resource_pool(ray_cluster, no_leaks):
     # verl: merged = type(rp1)(...), so merging two RayResourcePools gives a RayResourcePool
     rp1 = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)

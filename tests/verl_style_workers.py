@@ -143,13 +143,20 @@ class SplitActor(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def placement(self):
         ctx = ray.get_runtime_context()
-        return {"rank": self.rank, "world_size": self.world_size, "node_id": ctx.get_node_id()}
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "worker_id": self.worker_id,
+            "node_id": ctx.get_node_id(),
+        }
 
 
 def attach_and_call(worker_names):
     """verl's ``remote_call_wg``: re-attach to a detached group from another process and drive it."""
     worker_group = RayWorkerGroup.from_detached(
-        worker_names=worker_names, ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(VerlStyleWorker), config={}), name_prefix=None
+        worker_names=worker_names,
+        ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(VerlStyleWorker), config={}),
+        name_prefix=None,
     )
     return {
         "worker_names": list(worker_group.worker_names),

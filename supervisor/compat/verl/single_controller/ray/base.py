@@ -7,11 +7,16 @@ from typing import Any
 from supervisor.actor_class import ClassWithInitArgs
 from supervisor.colocate import create_colocated_worker_cls as create_colocated_worker_cls
 from supervisor.group import DEFAULT_NAMESPACE, WorkerGroup
-from supervisor.pool import ResourcePool, SubResourcePool
+from supervisor.pool import ResourcePool as _LibraryResourcePool
+from supervisor.pool import SubResourcePool
 from supervisor.pool import merge_resource_pool as merge_resource_pool
 from supervisor.pool import split_resource_pool as split_resource_pool
+from supervisor.worker import Worker as Worker
+
+from ..base.worker_group import ResourcePool
 
 __all__ = [
+    "Worker",
     "RayClassWithInitArgs",
     "RayResourcePool",
     "SubRayResourcePool",
@@ -22,7 +27,6 @@ __all__ = [
 ]
 
 RayClassWithInitArgs = ClassWithInitArgs
-SubRayResourcePool = SubResourcePool
 
 
 class RayResourcePool(ResourcePool):
@@ -38,7 +42,8 @@ class RayResourcePool(ResourcePool):
         detached: bool = False,
         accelerator_type: str | None = None,
     ) -> None:
-        super().__init__(
+        _LibraryResourcePool.__init__(
+            self,
             process_on_nodes=process_on_nodes,
             use_gpu=use_gpu,
             max_colocate_count=max_colocate_count,
@@ -46,6 +51,13 @@ class RayResourcePool(ResourcePool):
             detached=detached,
             accelerator_type=accelerator_type,
         )
+
+
+class SubRayResourcePool(SubResourcePool, RayResourcePool):
+    """verl's ``SubRayResourcePool``: a split of a :class:`RayResourcePool` (built by ``split_resource_pool``)."""
+
+
+RayResourcePool.sub_pool_class = SubRayResourcePool  # type: ignore[attr-defined]
 
 
 # verl options that configure profiling or the device and have no effect here.
