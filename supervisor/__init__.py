@@ -22,6 +22,14 @@ from .errors import SupervisorError as SupervisorError
 from .errors import UnknownMethodError as UnknownMethodError
 from .errors import WorkerEnvError as WorkerEnvError
 from .group import WorkerGroup as WorkerGroup
+from .hooks import LifecycleHooks as LifecycleHooks
+from .hooks import ObservingHooks as ObservingHooks
+from .init_policy import InitOutcome as InitOutcome
+from .init_policy import InitPolicy as InitPolicy
+from .lifecycle import ActorStartError as ActorStartError
+from .lifecycle import InitGroupError as InitGroupError
+from .lifecycle import create_group as create_group
+from .lifecycle import init_group as init_group
 from .modes import Dispatch as Dispatch
 from .modes import Execute as Execute
 from .pool import PlacementStrategy as PlacementStrategy
@@ -29,6 +37,8 @@ from .pool import ResourcePool as ResourcePool
 from .pool import SubResourcePool as SubResourcePool
 from .pool import merge_resource_pool as merge_resource_pool
 from .pool import split_resource_pool as split_resource_pool
+from .resource_wait import InfeasibleResourcesError as InfeasibleResourcesError
+from .resource_wait import ResourceWaitTimeout as ResourceWaitTimeout
 from .worker import Worker as Worker
 
 __version__ = "0.1.0"
@@ -36,6 +46,7 @@ __version__ = "0.1.0"
 _LAZY_PROTOCOL = ("DataProto", "DataProtoFuture", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto")
 
 __all__ = [
+    "ActorStartError",
     "ClassWithInitArgs",
     "ClusterUnavailableError",
     "ConfigError",
@@ -45,9 +56,16 @@ __all__ = [
     "Dispatch",
     "DispatchError",
     "Execute",
+    "InfeasibleResourcesError",
+    "InitGroupError",
+    "InitOutcome",
+    "InitPolicy",
+    "LifecycleHooks",
+    "ObservingHooks",
     "PlacementError",
     "PlacementStrategy",
     "ResourcePool",
+    "ResourceWaitTimeout",
     "SubResourcePool",
     "SupervisorError",
     "UnknownMethodError",
@@ -55,8 +73,10 @@ __all__ = [
     "WorkerEnvError",
     "WorkerGroup",
     "create_colocated_worker_cls",
+    "create_group",
     "make_nd_compute_dataproto_dispatch_fn",
     "merge_resource_pool",
+    "init_group",
     "pad_dataproto_to_divisor",
     "register",
     "register_dispatch_mode",

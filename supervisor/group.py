@@ -74,10 +74,13 @@ class WorkerGroup:
         self._workers: list[Any] = []
         self._worker_names: list[str] = []
         self._slots: list[BundleSlot] = []
+        self._pgs: list[Any] = []
         self._rendezvous: Rendezvous | None = None
         self._dispatch_info: dict[str, list[int]] = {}
         self._collect_info: dict[str, list[bool]] = {}
         self.method_names: list[str] = []
+        # Node of each rank's actor when it last started (filled by create_group / init_group).
+        self.rank_nodes: dict[int, str] = {}
         if (master_addr is None) != (master_port is None):
             raise ConfigError("give both master_addr and master_port, or neither (rank 0's node is then used)")
         if master_addr is not None:
@@ -120,6 +123,7 @@ class WorkerGroup:
         if self.detached and not pool.detached:
             log.warning("detached_group_in_non_detached_pool", group=self.name_prefix, pool=pool.name_prefix)
         pgs = pool.get_placement_groups(strategy=None if bin_pack else PlacementStrategy.PACK)
+        self._pgs = list(pgs)
         slots = pool.rank_slots()
         if self._rendezvous is None:
             first = slots[0]
@@ -227,6 +231,7 @@ class WorkerGroup:
                 namespace=self.namespace,
             )
             group._slots = list(self._slots)
+            group._pgs = list(self._pgs)
             group._rendezvous = self._rendezvous
             group.resource_pool = self.resource_pool
             prefix = role + "_"
@@ -236,6 +241,78 @@ class WorkerGroup:
             group.sub_cls_name = role
             out[role] = group
         return out
+
+    # -- replacement ----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The group's name in metrics and logs: its prefix without trailing separators."""
+        return self.name_prefix.rstrip("-_:.") or self.name_prefix
+
+    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0) -> Any:
+        """Kill rank ``rank``'s actor and create a fresh one into the same bundle.
+
+        The new actor has the same name, rank and environment (with the group's current rendezvous).
+        Only groups that created their actors (not attached ones) can replace them.
+
+        Returns:
+            The new actor handle.
+
+        Raises:
+            ConfigError: the group was attached by name or handle, or ``rank`` is out of range.
+            TimeoutError: Ray did not release the old actor's name in time.
+        """
+        if not self._slots or self.resource_pool is None or self.cls_with_init is None:
+            raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot replace them")
+        if not 0 <= rank < len(self._workers):
+            raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
+        import ray
+
+        name = self._worker_names[rank]
+        try:
+            ray.kill(self._workers[rank], no_restart=True)
+        except Exception as exc:  # already dead
+            log.debug("actor_kill_failed", group=self.name_prefix, rank=rank, error=str(exc))
+        self._wait_name_released(name, name_release_timeout_s)
+        handle = self._create_actor(self.resource_pool, self._pgs, self.cls_with_init, self._slots[rank], name, len(self._workers))
+        self._workers[rank] = handle
+        return handle
+
+    def _wait_name_released(self, name: str, timeout_s: float) -> None:
+        # ray.kill is asynchronous: the GCS frees the name once the actor is DEAD.
+        import time
+
+        import ray
+
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"actor name {name!r} still taken {timeout_s:.0f}s after killing its actor")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def pick_new_rendezvous(self) -> Rendezvous:
+        """Pick a fresh MASTER_ADDR/PORT on rank 0's bundle and make it the group's rendezvous.
+
+        Actors created afterwards get it in their environment; live ones learn it through
+        :meth:`publish_rendezvous`.
+        """
+        first = self._slots[0]
+        previous = self._rendezvous.master_port if self._rendezvous else None
+        self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous)
+        return self._rendezvous
+
+    def publish_rendezvous(self, ranks: list[int], timeout_s: float = 60.0) -> None:
+        """Tell live ranks the group's current rendezvous (their environment is updated in place)."""
+        import ray
+
+        assert self._rendezvous is not None
+        rdv = self._rendezvous
+        ray.get([self._workers[r]._update_rendezvous.remote(rdv.master_addr, rdv.master_port) for r in ranks], timeout=timeout_s)
 
     # -- execution ------------------------------------------------------------------------------
     def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

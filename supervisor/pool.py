@@ -15,12 +15,12 @@ the placement groups of the pools they came from and do not own them, so only th
 from __future__ import annotations
 
 import enum
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ClusterUnavailableError, ConfigError, PlacementError
+from .hooks import LifecycleHooks, default_hooks
 from .layout import (
     BundleSlot,
     bundle_resources,
@@ -30,6 +30,8 @@ from .layout import (
     validate_name_prefix,
 )
 from .log import get_logger
+from .resource_wait import InfeasibleResourcesError, check_feasible, wait_for_placement_groups
+from .resources import PoolDemand
 
 __all__ = [
     "PlacementStrategy",
@@ -41,9 +43,6 @@ __all__ = [
 ]
 
 log = get_logger("pool")
-
-# How often a long wait for placement groups reports what it is still waiting for.
-_PROGRESS_INTERVAL_S = 10.0
 
 
 class PlacementStrategy(enum.Enum):
@@ -167,28 +166,52 @@ class ResourcePool:
         return rank_layout(self._store)
 
     # -- placement groups (Ray) -----------------------------------------------------------------
+    def demand(self, strategy: PlacementStrategy | str | None = None) -> PoolDemand:
+        """What the pool asks the cluster for (input of feasibility checks and diagnosis)."""
+        strat = PlacementStrategy.parse(strategy) if strategy is not None else self.strategy
+        bundle = self.bundle()
+        return PoolDemand(
+            pool=self.name_prefix,
+            strategy=strat.value,
+            placement_groups=tuple(
+                (name, tuple(dict(bundle) for _ in range(n))) for name, n in zip(self.placement_group_names(), self._store, strict=True)
+            ),
+        )
+
     def get_placement_groups(
         self,
         strategy: PlacementStrategy | str | None = None,
         name: str | None = None,
         device_name: str | None = None,
         timeout_s: float | None = 600.0,
+        progress_interval_s: float = 10.0,
+        autoscaling: bool = False,
+        hooks: LifecycleHooks | None = None,
     ) -> list[Any]:
-        """Create (or adopt) the pool's placement groups and wait until they are ready.
+        """Create (or adopt) the pool's placement groups and wait until they are ready (the lenient wait).
+
+        A demand no node could ever satisfy fails at once, before anything is created. While waiting,
+        what is missing (and which other placement groups hold it) is reported every
+        ``progress_interval_s`` through ``hooks`` (default: a structured log event and metrics).
 
         Args:
             strategy: overrides the pool's strategy for creation (verl passes it here).
             name: unused, accepted for verl compatibility (names come from ``name_prefix``).
             device_name: unused, accepted for verl compatibility.
             timeout_s: how long to wait for the resources; None waits forever.
+            progress_interval_s: cadence of progress reports while waiting.
+            autoscaling: the cluster may grow, so do not judge the demand infeasible.
+            hooks: lifecycle hooks; the default records metrics and logs.
 
         Returns:
             The placement groups in rank order.
 
         Raises:
             ClusterUnavailableError: Ray is not initialised.
-            PlacementError: an existing placement group of the same name has another shape, or the
-                resources did not become available in time (nothing created is left behind).
+            InfeasibleResourcesError: no node could ever hold the demand (raised within seconds).
+            ResourceWaitTimeout: not ready in time; the message says what is missing and who holds it.
+            PlacementError: an existing placement group of the same name has another shape.
+            In every failure case the placement groups created by this call are removed.
         """
         if self.pgs is not None:
             return self.pgs
@@ -197,7 +220,13 @@ class ResourcePool:
         ray = _require_ray()
         from ray.util import get_placement_group, placement_group
 
-        strat = PlacementStrategy.parse(strategy) if strategy is not None else self.strategy
+        hooks = hooks if hooks is not None else default_hooks()
+        demand = self.demand(strategy)
+        try:
+            check_feasible(demand, autoscaling)
+        except InfeasibleResourcesError:
+            hooks.on_resource_wait_done(self.name_prefix, 0.0, "infeasible")
+            raise
         bundle = self.bundle()
         lifetime = "detached" if self.detached else None
         pgs: list[Any] = []
@@ -214,10 +243,12 @@ class ResourcePool:
                     log.info("placement_group_adopted", pool=self.name_prefix, name=pg_name, index=index)
                     pgs.append(existing)
                     continue
-                pg = placement_group(bundles=[dict(bundle) for _ in range(count)], strategy=strat.value, name=pg_name, lifetime=lifetime)
+                pg = placement_group(
+                    bundles=[dict(bundle) for _ in range(count)], strategy=demand.strategy, name=pg_name, lifetime=lifetime
+                )
                 created.append(pg)
                 pgs.append(pg)
-            self._wait_ready(ray, pgs, timeout_s)
+            wait_for_placement_groups(demand, pgs, timeout_s, progress_interval_s, hooks)
         except BaseException:
             for pg in created:
                 _remove_quietly(pg)
@@ -233,32 +264,6 @@ class ResourcePool:
         except ValueError:
             return None
         return None if _pg_state(pg) == "REMOVED" else pg
-
-    def _wait_ready(self, ray: Any, pgs: list[Any], timeout_s: float | None) -> None:
-        refs = {pg.ready(): i for i, pg in enumerate(pgs)}
-        pending = list(refs)
-        started = time.monotonic()
-        while pending:
-            elapsed = time.monotonic() - started
-            if timeout_s is not None and elapsed >= timeout_s:
-                missing = [self.placement_group_names()[refs[r]] for r in pending]
-                raise PlacementError(
-                    f"pool {self.name_prefix!r}: placement groups {missing} not ready after {elapsed:.0f}s "
-                    f"(each needs {len(pgs[refs[pending[0]]].bundle_specs)} x {self.bundle()}; cluster available: "
-                    f"{_available_resources(ray)})"
-                )
-            step = _PROGRESS_INTERVAL_S if timeout_s is None else min(_PROGRESS_INTERVAL_S, timeout_s - elapsed)
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=max(step, 0.0))
-            if pending:
-                log.info(
-                    "waiting_for_placement_groups",
-                    pool=self.name_prefix,
-                    pending=[self.placement_group_names()[refs[r]] for r in pending],
-                    waited_s=round(time.monotonic() - started, 1),
-                    timeout_s=timeout_s,
-                    bundle=self.bundle(),
-                    available=_available_resources(ray),
-                )
 
     def _rank_order(self, ray: Any, pgs: list[Any]) -> list[Any]:
         # Sort equal-sized placement groups by node IP so a rank lands on the same node across job
@@ -326,14 +331,6 @@ def _remove_quietly(pg: Any) -> None:
         remove_placement_group(pg)
     except Exception as exc:  # the GCS may already be gone or the group removed
         log.debug("placement_group_remove_failed", error=str(exc))
-
-
-def _available_resources(ray: Any) -> dict[str, float]:
-    try:
-        avail = ray.available_resources()
-    except Exception:
-        return {}
-    return {k: v for k, v in sorted(avail.items()) if k in ("CPU", "GPU") or k.startswith("accelerator_type")}
 
 
 class SubResourcePool(ResourcePool):

@@ -9,16 +9,22 @@ from .env import Rendezvous
 __all__ = ["pick_rendezvous"]
 
 
-def _probe_master_addr_port() -> tuple[str, int]:
+def _probe_master_addr_port(avoid_port: int | None) -> tuple[str, int]:
     from supervisor.worker import find_free_port, node_ip_address
 
-    return node_ip_address(), find_free_port()
+    port = find_free_port()
+    while port == avoid_port:
+        port = find_free_port()
+    return node_ip_address(), port
 
 
-def pick_rendezvous(placement_group: Any, bundle_index: int, timeout_s: float = 120.0) -> Rendezvous:
+def pick_rendezvous(
+    placement_group: Any, bundle_index: int, avoid_port: int | None = None, timeout_s: float = 120.0
+) -> Rendezvous:
     """Run a zero-CPU task in rank 0's bundle that reports its node address and a free port.
 
     The task runs where rank 0 will run, so MASTER_ADDR is that node and the port was free on it.
+    ``avoid_port`` (the previous rendezvous) is never reused: stale peers may still connect to it.
     """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -28,6 +34,6 @@ def pick_rendezvous(placement_group: Any, bundle_index: int, timeout_s: float = 
         scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=placement_group, placement_group_bundle_index=bundle_index
         )
-    ).remote()
+    ).remote(avoid_port)
     addr, port = ray.get(ref, timeout=timeout_s)
     return Rendezvous(master_addr=str(addr), master_port=int(port))

@@ -136,6 +136,11 @@ class Worker(WorkerHelper):
     def get_master_addr_port(self) -> tuple[str, str]:
         return self._master_addr, self._master_port
 
+    def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
+        """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
+        self._master_addr, self._master_port = str(master_addr), str(master_port)
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = self._master_addr, self._master_port
+
     def get_cuda_visible_devices(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "not set")
 

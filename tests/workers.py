@@ -129,3 +129,49 @@ class CriticRole(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     async def value(self, x: int) -> int:
         return x + self.rank
+
+
+def _bump(counter_dir: str, rank: int) -> int:
+    """Count calls per rank in a file, so the count survives the actor being replaced."""
+    path = os.path.join(counter_dir, f"rank{rank}")
+    count = int(open(path).read()) + 1 if os.path.exists(path) else 1
+    with open(path, "w") as f:
+        f.write(str(count))
+    return count
+
+
+class InitWorker(Worker):
+    """``init_model`` misbehaves on ``bad_rank`` for its first ``bad_times`` calls, in the way ``mode`` says.
+
+    mode: ``raise`` (ValueError), ``hang`` (sleeps far past any test timeout), ``die`` (``os._exit(1)``).
+    ``bad_times=-1`` misbehaves forever.
+    """
+
+    def __init__(self, counter_dir: str, bad_rank: int = -1, bad_times: int = 0, mode: str = "raise") -> None:
+        super().__init__()
+        self.counter_dir, self.bad_rank, self.bad_times, self.mode = counter_dir, bad_rank, bad_times, mode
+        self.ready = False
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> str:
+        count = _bump(self.counter_dir, self.rank)
+        if self.rank == self.bad_rank and (self.bad_times < 0 or count <= self.bad_times):
+            if self.mode == "hang":
+                import time
+
+                time.sleep(3600)
+            if self.mode == "die":
+                os._exit(1)
+            raise ValueError(f"bad weights on rank {self.rank} (call {count})")
+        self.ready = True
+        return os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def status(self) -> tuple[bool, str]:
+        return self.ready, os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]
+
+
+class BrokenConstructor(Worker):
+    def __init__(self) -> None:
+        super().__init__()
+        raise RuntimeError("cannot load tokenizer")

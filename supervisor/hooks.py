@@ -1,0 +1,77 @@
+"""Lifecycle hooks: where metrics and logs attach to what the library does.
+
+The library calls these at each lifecycle step instead of sprinkling metric and log calls through its
+logic. :class:`LifecycleHooks` does nothing; :class:`ObservingHooks` (the default) records the
+Prometheus metrics of :mod:`supervisor.metrics` and writes structured log events. Subclass either to
+add alerts or tracing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import metrics
+from .log import get_logger
+
+if TYPE_CHECKING:
+    from .init_policy import RankAttempt
+    from .resources import ResourceDiagnosis
+
+__all__ = ["LifecycleHooks", "ObservingHooks", "default_hooks"]
+
+log = get_logger("lifecycle")
+
+
+class LifecycleHooks:
+    """No-op hooks; every method may be overridden."""
+
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+        """A pool is still waiting for its placement groups (called at a steady cadence)."""
+
+    def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
+        """A pool's wait ended: ``outcome`` is ``ready``, ``timeout``, ``infeasible`` or ``error``."""
+
+    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+        """One rank finished one call of the group's init method (any outcome)."""
+
+    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+        """A rank's actor was killed and a fresh one created into the same bundle."""
+
+    def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
+        """Rank 0 was replaced, so every rank got a new MASTER_ADDR/MASTER_PORT."""
+
+
+class ObservingHooks(LifecycleHooks):
+    """Record metrics and structured logs for every lifecycle event."""
+
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+        log.info("waiting_for_resources", pool=pool, waited_s=round(waited_s, 1), **diagnosis.as_fields())
+
+    def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
+        metrics.RESOURCE_WAIT.labels(pool=pool).observe(waited_s)
+        log.info("resource_wait_done", pool=pool, waited_s=round(waited_s, 3), outcome=outcome)
+
+    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+        metrics.INIT_ATTEMPTS.labels(group=group, outcome=attempt.outcome.value).inc()
+        event = "init_attempt_ok" if attempt.outcome.ok else "init_attempt_failed"
+        log.info(
+            event,
+            group=group,
+            rank=attempt.rank,
+            attempt=attempt.attempt,
+            outcome=attempt.outcome.value,
+            error=attempt.error,
+            node_id=attempt.node_id,
+            bundle=attempt.bundle,
+            duration_s=round(attempt.duration_s, 3),
+        )
+
+    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+        log.info("worker_replaced", group=group, rank=rank, reason=reason)
+
+    def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
+        log.info("rendezvous_changed", group=group, master_addr=master_addr, master_port=master_port)
+
+
+def default_hooks() -> LifecycleHooks:
+    return ObservingHooks()

@@ -1,0 +1,291 @@
+"""create_group (lenient) and init_group (strict): two phases, two kinds of failure.
+
+Waiting for GPUs can take minutes (a queue, an autoscaler) and is not an error until a long timeout;
+a rank whose model load raises or whose collective init hangs must be caught fast and retried alone.
+So they are separate calls with separate timeouts:
+
+``create_group``
+    reserves the pool's placement groups (the lenient wait of :mod:`supervisor.resource_wait`:
+    infeasible demands fail at once, progress names what is missing), places one actor per rank into
+    its bundle and waits until each has started. No user initialisation runs. On any failure it
+    removes the placement groups and actors it created.
+
+``init_group``
+    calls a named init method on every rank with a per-worker timeout, replacing and retrying only
+    the ranks that fail (:mod:`supervisor.init_policy` decides), and raises :class:`InitGroupError`
+    with every rank's outcome when a rank runs out of attempts (after killing the group's actors;
+    the pool is left to its owner).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .actor_class import ClassWithInitArgs
+from .errors import SupervisorError
+from .group import DEFAULT_NAMESPACE, WorkerGroup
+from .hooks import LifecycleHooks, default_hooks
+from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
+from .log import get_logger
+from .pool import ResourcePool
+
+__all__ = ["create_group", "init_group", "InitGroupError", "ActorStartError"]
+
+log = get_logger("lifecycle")
+
+
+class ActorStartError(SupervisorError):
+    """A rank's actor did not start (its constructor raised, or it did not come up in time)."""
+
+
+class InitGroupError(SupervisorError):
+    """A rank exhausted its init attempts. ``outcomes`` holds every rank's last attempt."""
+
+    def __init__(self, message: str, outcomes: list[RankAttempt] | None = None) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes or []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args[0], self.outcomes))
+
+
+def create_group(
+    resource_pool: ResourcePool,
+    cls_with_init: ClassWithInitArgs,
+    name_prefix: str | None = None,
+    detached: bool = False,
+    worker_env: dict[str, str] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    resource_timeout_s: float | None = 600.0,
+    progress_interval_s: float = 10.0,
+    actor_start_timeout_s: float = 120.0,
+    autoscaling: bool = False,
+    hooks: LifecycleHooks | None = None,
+) -> WorkerGroup:
+    """Reserve the pool and place one started actor per rank; run no user initialisation.
+
+    Args:
+        resource_pool: the pool (its placement groups are created or adopted here if needed).
+        cls_with_init: worker class and constructor arguments.
+        name_prefix, detached, worker_env, namespace: as for :class:`WorkerGroup`.
+        resource_timeout_s: how long to wait for resources (default 10 minutes; None: forever).
+        progress_interval_s: cadence of the "waiting for resources" reports.
+        actor_start_timeout_s: how long each actor may take to start once its bundle is ready.
+        autoscaling: the cluster may grow, so no demand is judged infeasible.
+        hooks: lifecycle hooks (default: metrics and structured logs).
+
+    Returns:
+        The group, with every rank's node recorded in ``group.rank_nodes``.
+
+    Raises:
+        InfeasibleResourcesError: no node could ever hold the pool (raised within seconds).
+        ResourceWaitTimeout: resources not available in time; the message says what is missing
+            and which placement groups hold it.
+        ActorStartError: an actor's constructor raised or it did not start in time.
+        Nothing created by this call survives a failure.
+    """
+    hooks = hooks if hooks is not None else default_hooks()
+    owned_pgs = resource_pool.pgs is None
+    resource_pool.get_placement_groups(
+        timeout_s=resource_timeout_s, progress_interval_s=progress_interval_s, autoscaling=autoscaling, hooks=hooks
+    )
+    group: WorkerGroup | None = None
+    try:
+        group = WorkerGroup(
+            resource_pool, cls_with_init, name_prefix=name_prefix, detached=detached, worker_env=worker_env, namespace=namespace
+        )
+        group.rank_nodes = _wait_started(group, actor_start_timeout_s)
+        return group
+    except BaseException:
+        if group is not None:
+            group.kill()
+        if owned_pgs:
+            resource_pool.teardown()
+        raise
+
+
+def _wait_started(group: WorkerGroup, timeout_s: float) -> dict[int, str]:
+    import ray
+
+    refs = {w.node_info.remote(): rank for rank, w in enumerate(group.workers)}
+    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    nodes: dict[int, str] = {}
+    problems: list[str] = []
+    for ref in ready:
+        rank = refs[ref]
+        try:
+            nodes[rank] = ray.get(ref)["node_id"]
+        except ray.exceptions.RayError as exc:
+            problems.append(f"rank {rank}: {_one_line(exc)}")
+    problems += [f"rank {refs[r]}: not started after {timeout_s:.0f}s" for r in pending]
+    if problems:
+        raise ActorStartError(f"group {group.name}: actors did not start: {'; '.join(sorted(problems))}")
+    return nodes
+
+
+def _one_line(exc: BaseException) -> str:
+    import ray
+
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        cause = exc.cause if exc.cause is not None else exc
+        text = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {text[-1] if text else ''}"
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, ray.exceptions.RayActorError) and "creation task" in str(exc) and text:
+        # The constructor raised: Ray's message ends with the original "Type: message" line.
+        return f"constructor raised {text[-1].strip()}"
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _classify(ref: Any, ready: bool, timeout_s: float) -> tuple[InitOutcome, str | None]:
+    import ray
+
+    if not ready:
+        return InitOutcome.TIMED_OUT, f"timed out after {timeout_s:g}s without an answer (hung?)"
+    try:
+        ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        return InitOutcome.RAISED, _one_line(exc)
+    except ray.exceptions.RayActorError as exc:
+        return InitOutcome.DIED, f"actor died: {_one_line(exc)}"
+    return InitOutcome.OK, None
+
+
+def init_group(
+    group: WorkerGroup,
+    method: str = "init_model",
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    policy: InitPolicy | None = None,
+    hooks: LifecycleHooks | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[RankAttempt]:
+    """Run ``method(*args, **kwargs)`` on every rank, strictly: per-worker timeout, per-rank retries.
+
+    A failed rank (raised, timed out, died) is replaced by a fresh actor in the same bundle with the
+    same rank and environment, then its init runs again; other ranks are untouched unless rank 0 was
+    replaced, in which case every rank learns the new MASTER_ADDR/PORT and re-runs init.
+
+    Args:
+        group: a group made by :func:`create_group` (or a WorkerGroup that created its actors).
+        method: the worker method to call on every rank.
+        args, kwargs: its arguments (the same for every rank).
+        policy: timeout, attempts and backoff (default: 5 minutes, 3 attempts).
+        hooks: lifecycle hooks (default: metrics and structured logs).
+        sleep: how to wait between rounds (injectable for tests).
+
+    Returns:
+        Every attempt, in order.
+
+    Raises:
+        InitGroupError: a rank exhausted its attempts; the message lists every rank's outcome. The
+            group's actors are killed; the pool is left for its owner.
+    """
+
+    policy = policy or InitPolicy()
+    hooks = hooks if hooks is not None else default_hooks()
+    kwargs = kwargs or {}
+    world = group.world_size
+    history: list[RankAttempt] = []
+    calls = dict.fromkeys(range(world), 0)
+    rank_nodes: dict[int, str] = dict(getattr(group, "rank_nodes", {}) or {})
+    while True:
+        plan = plan_next_round(history, world, policy)
+        if plan.done:
+            return history
+        if plan.failed_ranks:
+            latest = {a.rank: a for a in history}
+            lines = [latest[r].describe(policy.attempts) for r in range(world) if r in latest]
+            group.kill()
+            raise InitGroupError(
+                f"{method} failed on group {group.name}: rank(s) {list(plan.failed_ranks)} out of attempts; " + "; ".join(lines),
+                outcomes=[latest[r] for r in sorted(latest)],
+            )
+        if plan.replace:
+            log.info("init_backoff", group=group.name, ranks=list(plan.replace), backoff_s=round(plan.backoff_s, 2))
+            sleep(plan.backoff_s)
+            for rank in plan.replace:
+                reason = {a.rank: a.outcome.value for a in history}.get(rank, "init_failed")
+                if plan.new_rendezvous and rank == 0:
+                    _replace_rank_zero(group)
+                else:
+                    group.replace_worker(rank)
+                rank_nodes.pop(rank, None)
+                hooks.on_worker_replaced(group.name, rank, reason)
+            if plan.new_rendezvous:
+                assert group._rendezvous is not None
+                survivors = [r for r in range(world) if r not in plan.replace]
+                group.publish_rendezvous(survivors)
+                hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
+        history += _run_round(group, plan.run, method, args, kwargs, policy, calls, rank_nodes, hooks)
+        group.rank_nodes = rank_nodes
+
+
+def _replace_rank_zero(group: WorkerGroup) -> None:
+    # The old rank 0 must be gone before the probe picks a port on its bundle's node, and the new
+    # rank 0 must be created with the new rendezvous in its environment.
+    import ray
+
+    try:
+        ray.kill(group.workers[0], no_restart=True)
+    except Exception:  # already dead
+        pass
+    group.pick_new_rendezvous()
+    group.replace_worker(0)
+
+
+def _run_round(
+    group: WorkerGroup,
+    ranks: tuple[int, ...],
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    policy: InitPolicy,
+    calls: dict[int, int],
+    rank_nodes: dict[int, str],
+    hooks: LifecycleHooks,
+) -> list[RankAttempt]:
+    import ray
+
+    slots = group.slots
+    node_refs = {r: group.workers[r].node_info.remote() for r in ranks if r not in rank_nodes}
+    started = time.monotonic()
+    refs = {group._remote(group.workers[r], method, args, kwargs): r for r in ranks}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=policy.timeout_s)
+    ready_set = set(ready)
+    elapsed = time.monotonic() - started
+    for rank, node_ref in node_refs.items():
+        done, _ = ray.wait([node_ref], timeout=0)
+        if done:
+            try:
+                rank_nodes[rank] = ray.get(node_ref)["node_id"]
+            except ray.exceptions.RayError:
+                pass
+    attempts: list[RankAttempt] = []
+    for ref, rank in sorted(refs.items(), key=lambda kv: kv[1]):
+        outcome, error = _classify(ref, ref in ready_set, policy.timeout_s)
+        calls[rank] += 1
+        slot = slots[rank] if rank < len(slots) else None
+        attempt = RankAttempt(
+            rank=rank,
+            attempt=calls[rank],
+            outcome=outcome,
+            error=error,
+            node_id=rank_nodes.get(rank) or _bundle_node(group, slot),
+            bundle=f"{slot.pg_index}:{slot.bundle_index}" if slot else None,
+            duration_s=elapsed,
+        )
+        hooks.on_init_attempt(group.name, attempt)
+        attempts.append(attempt)
+    return attempts
+
+
+def _bundle_node(group: WorkerGroup, slot: Any) -> str | None:
+    if slot is None or group.resource_pool is None:
+        return None
+    try:
+        return group.resource_pool.bundle_node(slot.pg_index, slot.bundle_index)
+    except SupervisorError:
+        return None

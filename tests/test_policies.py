@@ -1,0 +1,142 @@
+"""Pure decision logic of the lifecycle: init rounds, resource feasibility and diagnosis (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.init_policy import InitOutcome, InitPolicy, RankAttempt, needs_new_rendezvous, plan_next_round
+from supervisor.resources import (
+    ClusterSnapshot,
+    NodeResources,
+    PlacementGroupRecord,
+    PoolDemand,
+    diagnose,
+    find_infeasibility,
+    format_resources,
+)
+
+OK, RAISED, TIMED_OUT, DIED = InitOutcome.OK, InitOutcome.RAISED, InitOutcome.TIMED_OUT, InitOutcome.DIED
+POLICY = InitPolicy(attempts=3, backoff_initial_s=1.0, backoff_max_s=8.0, backoff_jitter_s=0.0)
+
+
+def attempts(*rows):
+    return [RankAttempt(rank=r, attempt=a, outcome=o) for r, a, o in rows]
+
+
+def test_first_round_runs_every_rank():
+    plan = plan_next_round([], 3, POLICY)
+    assert plan.run == (0, 1, 2) and not plan.replace and not plan.done
+
+
+def test_all_ok_is_done():
+    assert plan_next_round(attempts((0, 1, OK), (1, 1, OK)), 2, POLICY).done
+
+
+def test_failed_rank_alone_is_replaced_and_rerun():
+    plan = plan_next_round(attempts((0, 1, OK), (1, 1, RAISED), (2, 1, OK)), 3, POLICY)
+    assert plan.replace == (1,) and plan.run == (1,) and not plan.new_rendezvous
+    assert plan.backoff_s == pytest.approx(1.0)
+
+
+def test_backoff_grows_with_attempts():
+    history = attempts((0, 1, OK), (1, 1, TIMED_OUT), (1, 2, DIED))
+    assert plan_next_round(history, 2, POLICY).backoff_s == pytest.approx(2.0)
+
+
+def test_rank_zero_replacement_reruns_every_rank():
+    plan = plan_next_round(attempts((0, 1, DIED), (1, 1, OK), (2, 1, OK)), 3, POLICY)
+    assert plan.replace == (0,) and plan.new_rendezvous and plan.run == (0, 1, 2)
+    assert needs_new_rendezvous([0, 2]) and not needs_new_rendezvous([1, 2])
+
+
+def test_rerun_after_rendezvous_does_not_consume_attempts():
+    # rank 1 re-ran only because rank 0 got a new rendezvous; its OK calls are not failures
+    history = attempts((0, 1, RAISED), (1, 1, OK), (0, 2, RAISED), (1, 2, OK))
+    plan = plan_next_round(history, 2, POLICY)
+    assert plan.replace == (0,) and not plan.failed_ranks
+
+
+def test_exhausted_rank_fails_the_group():
+    history = attempts((0, 1, OK), (1, 1, RAISED), (1, 2, RAISED), (1, 3, TIMED_OUT))
+    plan = plan_next_round(history, 2, POLICY)
+    assert plan.failed_ranks == (1,) and plan.reasons == {1: "timed_out"} and not plan.run
+
+
+def test_policy_validation():
+    with pytest.raises(ValueError, match="attempts must be >= 1"):
+        InitPolicy(attempts=0)
+    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+        InitPolicy(timeout_s=0)
+
+
+def test_describe_names_rank_node_bundle_attempt():
+    a = RankAttempt(rank=2, attempt=3, outcome=RAISED, error="ValueError: x", node_id="abcdef1234567890", bundle="1:0")
+    assert a.describe(3) == "rank 2 (node abcdef123456, bundle 1:0) attempt 3/3: raised: ValueError: x"
+
+
+def _nodes(*gpus, cpus=16):
+    return tuple(NodeResources(f"n{i}", "127.0.0.1", {"CPU": cpus, "GPU": g}) for i, g in enumerate(gpus))
+
+
+def _demand(counts, strategy="STRICT_PACK", bundle=None):
+    bundle = bundle or {"CPU": 1, "GPU": 1}
+    return PoolDemand("p", strategy, tuple((f"p:{i}", tuple([bundle] * n)) for i, n in enumerate(counts)))
+
+
+def test_feasible_demand():
+    assert find_infeasibility(_demand([4, 4]), ClusterSnapshot(_nodes(4, 4), {})) is None
+
+
+def test_strict_pack_bigger_than_every_node():
+    reason = find_infeasibility(_demand([5]), ClusterSnapshot(_nodes(4, 4), {}))
+    assert reason == "p:0 is STRICT_PACK: its 5 bundles need CPU 5, GPU 5 on one node, but the largest node has CPU 16, GPU 4"
+    assert find_infeasibility(_demand([5], strategy="PACK"), ClusterSnapshot(_nodes(4, 4), {})) is None
+
+
+def test_bundle_bigger_than_every_node():
+    reason = find_infeasibility(_demand([1], bundle={"CPU": 32}), ClusterSnapshot(_nodes(4), {}))
+    assert reason == "bundle 0 of p:0 needs CPU 32 but no node has that much (largest node: CPU 16)"
+
+
+def test_more_than_the_cluster():
+    reason = find_infeasibility(_demand([4, 4, 4]), ClusterSnapshot(_nodes(4, 4), {}))
+    assert reason == "pool p asks for more than the whole cluster has (GPU: asks 12, cluster has 8)"
+
+
+def test_strict_spread_needs_enough_nodes():
+    reason = find_infeasibility(_demand([3], strategy="STRICT_SPREAD"), ClusterSnapshot(_nodes(4, 4), {}))
+    assert reason == "p:0 is STRICT_SPREAD over 3 nodes but only 2 node(s) can hold one bundle"
+
+
+def test_dead_nodes_do_not_count():
+    nodes = (NodeResources("a", "x", {"CPU": 16, "GPU": 4}, alive=False),)
+    assert find_infeasibility(_demand([1]), ClusterSnapshot(nodes, {})) == "the cluster has no alive nodes"
+
+
+def test_diagnosis_names_pending_and_blockers():
+    snapshot = ClusterSnapshot(
+        _nodes(4, 4),
+        {"CPU": 24, "GPU": 0},
+        (
+            PlacementGroupRecord("own0", "p:0", "CREATED", "STRICT_PACK", ({"CPU": 1, "GPU": 1},) * 4),
+            PlacementGroupRecord("own1", "p:1", "PENDING", "STRICT_PACK", ({"CPU": 1, "GPU": 1},) * 4),
+            PlacementGroupRecord("x", "leaked-run-7", "CREATED", "PACK", ({"GPU": 2},) * 2),
+            PlacementGroupRecord("y", "", "CREATED", "PACK", ({"memory": 5},)),
+            PlacementGroupRecord("z", "gone", "REMOVED", "PACK", ({"GPU": 4},)),
+        ),
+    )
+    d = diagnose(_demand([4, 4]), snapshot, own_pg_ids={"own0", "own1"})
+    assert (d.bundles_requested, d.bundles_placed) == (8, 4)
+    assert d.pending == ("p:1 (4 x CPU 1, GPU 1)",)
+    assert d.blockers == ("leaked-run-7 [CREATED] holds GPU 4",)
+    assert d.summary() == (
+        "pool p: 4/8 bundles placed; CPU asks 8 (cluster total 32, available 24); "
+        "GPU asks 8 (cluster total 8, available 0); pending: p:1 (4 x CPU 1, GPU 1); "
+        "held by other placement groups: leaked-run-7 [CREATED] holds GPU 4"
+    )
+    assert d.as_fields()["resources"]["GPU"] == {"requested": 8, "total": 8, "available": 0}
+
+
+def test_format_resources_orders_cpu_gpu_first():
+    assert format_resources({"memory": 1, "GPU": 2, "CPU": 3}) == "CPU 3, GPU 2, memory 1"
+    assert format_resources({}) == "nothing"
