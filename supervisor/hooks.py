@@ -8,7 +8,8 @@ add alerts or tracing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, TextIO
 
 from . import metrics
 from .log import get_logger
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from .init_policy import RankAttempt
     from .resources import ResourceDiagnosis
 
-__all__ = ["LifecycleHooks", "ObservingHooks", "default_hooks"]
+__all__ = ["LifecycleHooks", "ObservingHooks", "ConsoleProgressHooks", "default_hooks"]
 
 log = get_logger("lifecycle")
 
@@ -75,3 +76,28 @@ class ObservingHooks(LifecycleHooks):
 
 def default_hooks() -> LifecycleHooks:
     return ObservingHooks()
+
+
+class ConsoleProgressHooks(ObservingHooks):
+    """The default hooks plus one progress line per report on a console stream (for CLIs and examples).
+
+    Args:
+        stream: where the lines go (default ``sys.stderr``).
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+        super().on_resource_wait_progress(pool, waited_s, diagnosis)
+        print(f"[{waited_s:5.0f}s] waiting for resources: {diagnosis.summary()}", file=self.stream, flush=True)
+
+    def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
+        super().on_resource_wait_done(pool, waited_s, outcome)
+        if waited_s >= 1.0:
+            print(f"[{waited_s:5.0f}s] pool {pool}: {outcome}", file=self.stream, flush=True)
+
+    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+        super().on_init_attempt(group, attempt)
+        if not attempt.outcome.ok:
+            print(f"init of group {group}: {attempt.describe()}", file=self.stream, flush=True)

@@ -89,11 +89,13 @@ class RankAttempt:
     bundle: str | None = None
     duration_s: float = 0.0
 
-    def describe(self, max_attempts: int) -> str:
+    def describe(self, max_attempts: int | None = None) -> str:
+        """One line naming rank, node, bundle, attempt and outcome."""
         where = f"node {self.node_id[:12] if self.node_id else '?'}, bundle {self.bundle or '?'}"
         if self.outcome.ok:
             return f"rank {self.rank} ({where}): ok on attempt {self.attempt}"
-        return f"rank {self.rank} ({where}) attempt {self.attempt}/{max_attempts}: {self.outcome.value}: {self.error}"
+        of = f"/{max_attempts}" if max_attempts else ""
+        return f"rank {self.rank} ({where}) attempt {self.attempt}{of}: {self.outcome.value}: {self.error}"
 
 
 @dataclass(frozen=True)
