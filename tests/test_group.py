@@ -373,13 +373,27 @@ def test_existing_placement_group_is_adopted_not_duplicated(ray_cluster, no_leak
         first.teardown()
 
 
-def test_impossible_pool_times_out_and_leaves_nothing(ray_cluster, no_leaks):
-    from supervisor import PlacementError
+def test_impossible_pool_fails_at_once_and_leaves_nothing(ray_cluster, no_leaks):
+    from supervisor import InfeasibleResourcesError
 
     pool = ResourcePool([5], use_gpu=True, max_colocate_count=1, name_prefix="toobig")
-    with pytest.raises(PlacementError, match=r"not ready after"):
-        pool.get_placement_groups(timeout_s=2)
+    with pytest.raises(InfeasibleResourcesError, match=r"toobig:pg5:0 is STRICT_PACK"):
+        pool.get_placement_groups(timeout_s=60)
     assert pool.pgs is None
+
+
+def test_pool_wait_times_out_with_diagnosis_and_leaves_nothing(ray_cluster, no_leaks):
+    from supervisor import ResourceWaitTimeout
+
+    holder = ResourcePool([4], use_gpu=True, max_colocate_count=1, name_prefix="holder")
+    holder.get_placement_groups()
+    try:
+        pool = ResourcePool([4, 4], use_gpu=True, max_colocate_count=1, name_prefix="waiter")
+        with pytest.raises(ResourceWaitTimeout, match=r"holder:pg4:0 \[CREATED\] holds CPU 4, GPU 4"):
+            pool.get_placement_groups(timeout_s=2, progress_interval_s=1)
+        assert pool.pgs is None
+    finally:
+        holder.teardown()
 
 
 def test_split_and_merge_pools(ray_cluster, no_leaks):
