@@ -19,6 +19,7 @@ from .layout import BundleSlot, actor_name, validate_name_prefix
 from .log import get_logger
 from .pool import PlacementStrategy, ResourcePool
 from .rendezvous import pick_rendezvous
+from .worker import SUPERVISION_CONCURRENCY_GROUPS, Worker
 
 __all__ = ["WorkerGroup", "DEFAULT_NAMESPACE"]
 
@@ -175,10 +176,13 @@ class WorkerGroup:
         )
         if pool.use_gpu:
             options["num_gpus"] = 1 / pool.max_colocate_count
+        # Worker subclasses carry the supervisor's sentinel and probe, which run in their own groups.
+        groups = SUPERVISION_CONCURRENCY_GROUPS if issubclass(cls_with_init.user_cls, Worker) else None
         if self.detached:
             options["lifetime"] = "detached"
         try:
-            return cls_with_init.actor_class().options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
+            actor_cls = cls_with_init.actor_class(concurrency_groups=groups)
+            return actor_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
         except ValueError as exc:
             if "already taken" in str(exc) or "already exists" in str(exc):
                 raise ConfigError(
@@ -323,20 +327,23 @@ class WorkerGroup:
             raise UnknownMethodError(f"{cls_name} has no method {method_name!r} (group {self.name_prefix})") from None
         return method.remote(*args, **kwargs)
 
-    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Call ``method_name`` on every rank; returns one ObjectRef per rank.
+    def rank_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """The arguments each rank receives from an ``execute_all`` call.
 
         When every argument is a list of world_size entries, rank i gets entry i of each; otherwise
-        every rank gets the arguments as they are.
+        every rank gets the arguments as they are (verl's rule).
         """
         n = len(self._workers)
         values = [*args, *kwargs.values()]
         if all(isinstance(v, list) and len(v) == n for v in values):
-            return [
-                self._remote(w, method_name, tuple(a[i] for a in args), {k: v[i] for k, v in kwargs.items()})
-                for i, w in enumerate(self._workers)
-            ]
-        return [self._remote(w, method_name, args, kwargs) for w in self._workers]
+            return [(tuple(a[i] for a in args), {k: v[i] for k, v in kwargs.items()}) for i in range(n)]
+        return [(args, kwargs)] * n
+
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method_name`` on every rank; returns one ObjectRef per rank (see :meth:`rank_arguments`)."""
+        return [
+            self._remote(w, method_name, a, k) for w, (a, k) in zip(self._workers, self.rank_arguments(args, kwargs), strict=True)
+        ]
 
     def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``method_name`` on every rank and wait for the results (in rank order)."""

@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
+
+import ray
 
 from .decorator import register
 from .errors import WorkerEnvError
 from .modes import Dispatch, Execute
 
-__all__ = ["Worker", "WorkerHelper", "find_free_port", "node_ip_address"]
+__all__ = ["Worker", "WorkerHelper", "find_free_port", "node_ip_address", "SUPERVISION_CONCURRENCY_GROUPS"]
+
+# The supervisor's calls run in their own concurrency groups, so they are answered while a user call
+# is busy: the sentinel stays outstanding (Ray fails it the moment the process dies) and the probe
+# answers unless the whole process is stuck.
+SENTINEL_GROUP = "_supervisor_sentinel"
+PROBE_GROUP = "_supervisor_probe"
+SUPERVISION_CONCURRENCY_GROUPS = {SENTINEL_GROUP: 1, PROBE_GROUP: 1}
 
 
 def node_ip_address() -> str:
@@ -153,6 +163,18 @@ class Worker(WorkerHelper):
 
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "node_ip": node_ip_address(), "pid": os.getpid(), "rank": self._rank}
+
+    # -- supervision ----------------------------------------------------------------------------
+    @ray.method(concurrency_group=SENTINEL_GROUP)
+    def _supervisor_sentinel(self, hold_s: float) -> int:
+        """Stay outstanding for ``hold_s`` seconds, then return this process id (the supervisor re-arms it)."""
+        time.sleep(hold_s)
+        return os.getpid()
+
+    @ray.method(concurrency_group=PROBE_GROUP)
+    def _supervisor_probe(self) -> dict[str, Any]:
+        """Health probe: answers from its own thread, so only a stuck process fails it."""
+        return self.node_info()
 
     # -- mesh dispatch --------------------------------------------------------------------------
     def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
