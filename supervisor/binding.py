@@ -64,8 +64,8 @@ class BoundGroupMethod:
         self.__name__ = method_name
         self._dispatch_fn, self._collect_fn = resolve_dispatch_fns(spec.dispatch_mode)
         # RANK_ZERO dispatch means "call rank 0 with these arguments", whatever the execute mode says.
-        rank_zero = spec.execute_mode is Execute.RANK_ZERO or spec.dispatch_mode is Dispatch.RANK_ZERO
-        self._execute: Callable[..., Any] = group.execute_rank_zero if rank_zero else group.execute_all
+        self._rank_zero = spec.execute_mode is Execute.RANK_ZERO or spec.dispatch_mode is Dispatch.RANK_ZERO
+        self._execute: Callable[..., Any] = group.execute_rank_zero if self._rank_zero else group.execute_all
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -73,15 +73,30 @@ class BoundGroupMethod:
         except DispatchError as exc:
             raise DispatchError(f"{self.group.name_prefix}.{self.method_name}: {exc}") from None
         pad_size = kwargs.pop(PADDING_SIZE_KEY, 0)
-        output = self._execute(self.remote_name, *args, **kwargs)
-        if self.spec.blocking:
-            import ray
+        supervisor = self.group.supervisor
+        if supervisor is not None and self.spec.blocking:
+            output = self._run_supervised(supervisor, args, kwargs)
+        else:
+            output = self._execute(self.remote_name, *args, **kwargs)
+            if self.spec.blocking:
+                import ray
 
-            output = ray.get(output)
+                output = ray.get(output)
         output = self._collect_fn(self.group, output)
         if pad_size:
             output = _strip_padding(output, pad_size)
         return output
+
+    def _run_supervised(self, supervisor: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from .supervised_call import resolve_in_flight_policy, run_supervised
+
+        config = supervisor.config
+        policy = resolve_in_flight_policy(self.spec, config.in_flight)
+        if self._rank_zero:
+            result = run_supervised(self.group, supervisor, self.remote_name, {0: (args, kwargs)}, policy, config.call_timeout_s)
+            return result[0]
+        per_rank = dict(enumerate(self.group.rank_arguments(args, kwargs)))
+        return run_supervised(self.group, supervisor, self.remote_name, per_rank, policy, config.call_timeout_s)
 
     def __repr__(self) -> str:
         return f"<bound group method {self.group.name_prefix}.{self.method_name} ({self.spec.dispatch_mode})>"

@@ -33,14 +33,26 @@ class MethodSpec:
         dispatch_mode: a :class:`Dispatch` member, or a dict with ``dispatch_fn`` and ``collect_fn``.
         execute_mode: which ranks run the method.
         blocking: whether the bound group method waits for the results (else returns ObjectRefs).
+        idempotent: running the method twice on the same input is harmless (rollout generation,
+            log-prob computation); a supervised group then re-runs a dead rank's shard by default.
+        on_rank_failure: ``"retry"`` or ``"raise"``: what a supervised blocking call does when a rank
+            dies while it runs (None: the group's setting, else retry when idempotent).
     """
 
     dispatch_mode: Any
     execute_mode: Execute
     blocking: bool = True
+    idempotent: bool = False
+    on_rank_failure: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"dispatch_mode": self.dispatch_mode, "execute_mode": self.execute_mode, "blocking": self.blocking}
+        return {
+            "dispatch_mode": self.dispatch_mode,
+            "execute_mode": self.execute_mode,
+            "blocking": self.blocking,
+            "idempotent": self.idempotent,
+            "on_rank_failure": self.on_rank_failure,
+        }
 
 
 def check_dispatch_mode(dispatch_mode: Any) -> None:
@@ -87,6 +99,8 @@ def register(
     execute_mode: Execute = Execute.ALL,
     blocking: bool = True,
     materialize_futures: bool = True,
+    idempotent: bool = False,
+    on_rank_failure: str | None = None,
 ) -> Callable[[F], F]:
     """Mark a worker method as callable through its :class:`~supervisor.group.WorkerGroup`.
 
@@ -99,6 +113,8 @@ def register(
         blocking: the group call waits for and returns results; when False it returns ObjectRefs
             (or a DataProtoFuture for DataProto-collecting modes).
         materialize_futures: resolve DataProtoFuture arguments inside the worker before the call.
+        idempotent: the method may safely run twice on the same shard (see :class:`MethodSpec`).
+        on_rank_failure: ``"retry"`` or ``"raise"`` for calls in flight when a rank dies.
 
     Raises:
         ValueError: ``dispatch_mode`` or ``execute_mode`` is not valid.
@@ -106,7 +122,15 @@ def register(
     check_dispatch_mode(dispatch_mode)
     if not isinstance(execute_mode, Execute):
         raise ValueError(f"execute_mode must be an Execute member, got {execute_mode!r}")
-    spec = MethodSpec(dispatch_mode=dispatch_mode, execute_mode=execute_mode, blocking=blocking)
+    if on_rank_failure not in (None, "retry", "raise"):
+        raise ValueError(f"on_rank_failure must be 'retry', 'raise' or None, got {on_rank_failure!r}")
+    spec = MethodSpec(
+        dispatch_mode=dispatch_mode,
+        execute_mode=execute_mode,
+        blocking=blocking,
+        idempotent=idempotent,
+        on_rank_failure=on_rank_failure,
+    )
 
     def decorator(func: F) -> F:
         if inspect.iscoroutinefunction(func):
@@ -142,4 +166,6 @@ def get_method_spec(method: Any) -> MethodSpec | None:
         dispatch_mode=attrs["dispatch_mode"],
         execute_mode=attrs.get("execute_mode", Execute.ALL),
         blocking=attrs.get("blocking", True),
+        idempotent=attrs.get("idempotent", False),
+        on_rank_failure=attrs.get("on_rank_failure"),
     )

@@ -82,6 +82,8 @@ class WorkerGroup:
         self.method_names: list[str] = []
         # Node of each rank's actor when it last started (filled by create_group / init_group).
         self.rank_nodes: dict[int, str] = {}
+        # Set by a GroupSupervisor: blocking calls then survive rank failures (see supervised_call).
+        self.supervisor: Any = None
         if (master_addr is None) != (master_port is None):
             raise ConfigError("give both master_addr and master_port, or neither (rank 0's node is then used)")
         if master_addr is not None:
@@ -310,13 +312,24 @@ class WorkerGroup:
         self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous)
         return self._rendezvous
 
-    def publish_rendezvous(self, ranks: list[int], timeout_s: float = 60.0) -> None:
-        """Tell live ranks the group's current rendezvous (their environment is updated in place)."""
+    def publish_rendezvous(self, ranks: list[int], timeout_s: float = 60.0) -> list[int]:
+        """Tell live ranks the group's current rendezvous (their environment is updated in place).
+
+        Returns:
+            The ranks that could not be told because their actor died (the caller replaces them).
+        """
         import ray
 
         assert self._rendezvous is not None
         rdv = self._rendezvous
-        ray.get([self._workers[r]._update_rendezvous.remote(rdv.master_addr, rdv.master_port) for r in ranks], timeout=timeout_s)
+        refs = {self._workers[r]._update_rendezvous.remote(rdv.master_addr, rdv.master_port): r for r in ranks}
+        dead: list[int] = []
+        for ref, rank in refs.items():
+            try:
+                ray.get(ref, timeout=timeout_s)
+            except ray.exceptions.RayActorError:
+                dead.append(rank)
+        return sorted(dead)
 
     # -- execution ------------------------------------------------------------------------------
     def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -35,8 +35,26 @@ class LifecycleHooks:
     def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
         """One rank finished one call of the group's init method (any outcome)."""
 
+    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+        """A supervised rank was detected failed; ``detection_s`` is death-to-detection when known."""
+
     def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
         """A rank's actor was killed and a fresh one created into the same bundle."""
+
+    def on_worker_recovered(self, group: str, rank: int, recovery_s: float | None) -> None:
+        """A replaced rank serves calls again; ``recovery_s`` is death (or detection) to serving."""
+
+    def on_placement_drift(self, group: str, rank: int, original_node: str, current_node: str) -> None:
+        """A replacement landed on another node than its bundle had at pool creation."""
+
+    def on_drift_state(self, group: str, drifted_workers: int) -> None:
+        """How many ranks of the group currently run away from their original node."""
+
+    def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
+        """Workers of the group per state, after every change."""
+
+    def on_group_failed(self, group: str, message: str) -> None:
+        """The group is FAILED (restart budget exhausted or replacement failed); no more restarts."""
 
     def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
         """Rank 0 was replaced, so every rank got a new MASTER_ADDR/MASTER_PORT."""
@@ -67,8 +85,33 @@ class ObservingHooks(LifecycleHooks):
             duration_s=round(attempt.duration_s, 3),
         )
 
+    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+        if detection_s is not None:
+            metrics.FAILURE_DETECTION.labels(group=group).observe(detection_s)
+        log.warning("worker_failed", group=group, rank=rank, reason=reason, detail=detail, detection_s=detection_s)
+
     def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+        metrics.WORKER_RESTARTS.labels(group=group, reason=reason).inc()
         log.info("worker_replaced", group=group, rank=rank, reason=reason)
+
+    def on_worker_recovered(self, group: str, rank: int, recovery_s: float | None) -> None:
+        if recovery_s is not None:
+            metrics.RECOVERY.labels(group=group).observe(recovery_s)
+        log.info("worker_recovered", group=group, rank=rank, recovery_s=recovery_s)
+
+    def on_placement_drift(self, group: str, rank: int, original_node: str, current_node: str) -> None:
+        metrics.PLACEMENT_DRIFT_EVENTS.labels(group=group).inc()
+        log.warning("placement_drift", group=group, rank=rank, original_node=original_node, current_node=current_node)
+
+    def on_drift_state(self, group: str, drifted_workers: int) -> None:
+        metrics.PLACEMENT_DRIFT_WORKERS.labels(group=group).set(drifted_workers)
+
+    def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
+        for state, count in counts.items():
+            metrics.WORKERS.labels(group=group, state=state).set(count)
+
+    def on_group_failed(self, group: str, message: str) -> None:
+        log.error("group_failed", group=group, message=message)
 
     def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
         log.info("rendezvous_changed", group=group, master_addr=master_addr, master_port=master_port)

@@ -140,18 +140,22 @@ def failures_per_rank(history: Sequence[RankAttempt]) -> dict[int, int]:
     return counts
 
 
-def plan_next_round(history: Sequence[RankAttempt], world_size: int, policy: InitPolicy) -> InitPlan:
+def plan_next_round(
+    history: Sequence[RankAttempt], world_size: int, policy: InitPolicy, ranks: Sequence[int] | None = None
+) -> InitPlan:
     """Decide the next round from every attempt so far.
 
     Args:
         history: every init call so far, in order.
         world_size: ranks in the group.
         policy: attempts and backoff.
+        ranks: the ranks to initialise (default all); others are only re-run by the rendezvous rule.
     """
+    scope = tuple(sorted(set(ranks))) if ranks is not None else tuple(range(world_size))
     latest = _latest(history)
-    never_run = tuple(r for r in range(world_size) if r not in latest)
-    if never_run and not history:
-        return InitPlan(run=tuple(range(world_size)))
+    if not history:
+        return InitPlan(run=scope)
+    never_run = tuple(r for r in scope if r not in latest)
     failing = sorted(r for r, a in latest.items() if not a.outcome.ok)
     if not failing and not never_run:
         return InitPlan(done=True)

@@ -161,6 +161,7 @@ def init_group(
     policy: InitPolicy | None = None,
     hooks: LifecycleHooks | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    ranks: list[int] | None = None,
 ) -> list[RankAttempt]:
     """Run ``method(*args, **kwargs)`` on every rank, strictly: per-worker timeout, per-rank retries.
 
@@ -175,6 +176,8 @@ def init_group(
         policy: timeout, attempts and backoff (default: 5 minutes, 3 attempts).
         hooks: lifecycle hooks (default: metrics and structured logs).
         sleep: how to wait between rounds (injectable for tests).
+        ranks: initialise only these ranks (replacements); default every rank. The rendezvous rule
+            still re-runs every rank when rank 0 is replaced.
 
     Returns:
         Every attempt, in order.
@@ -192,7 +195,7 @@ def init_group(
     calls = dict.fromkeys(range(world), 0)
     rank_nodes: dict[int, str] = dict(getattr(group, "rank_nodes", {}) or {})
     while True:
-        plan = plan_next_round(history, world, policy)
+        plan = plan_next_round(history, world, policy, ranks)
         if plan.done:
             return history
         if plan.failed_ranks:
@@ -206,8 +209,9 @@ def init_group(
         if plan.replace:
             log.info("init_backoff", group=group.name, ranks=list(plan.replace), backoff_s=round(plan.backoff_s, 2))
             sleep(plan.backoff_s)
+            latest = {a.rank: a.outcome for a in history}
             for rank in plan.replace:
-                reason = {a.rank: a.outcome.value for a in history}.get(rank, "init_failed")
+                reason = _REPLACEMENT_REASON.get(latest.get(rank, InitOutcome.RAISED), "init_failed")
                 if plan.new_rendezvous and rank == 0:
                     _replace_rank_zero(group)
                 else:
@@ -221,6 +225,10 @@ def init_group(
                 hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
         history += _run_round(group, plan.run, method, args, kwargs, policy, calls, rank_nodes, hooks)
         group.rank_nodes = rank_nodes
+
+
+# Replacement reasons use the fixed set of supervisor_worker_restarts_total{reason}.
+_REPLACEMENT_REASON = {InitOutcome.DIED: "died", InitOutcome.TIMED_OUT: "hung", InitOutcome.RAISED: "init_failed"}
 
 
 def _replace_rank_zero(group: WorkerGroup) -> None:

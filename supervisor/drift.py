@@ -1,0 +1,30 @@
+"""Placement drift: a rank running on another node than its bundle had when the pool was created (pure).
+
+When a node dies, Ray re-places the lost bundles on other nodes; a replacement that goes back into "its"
+bundle then runs elsewhere. Nothing fails, but collectives that were intra-node become cross-node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["RankPlacement", "compute_drift"]
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where a rank's bundle was at pool creation and where the rank runs now."""
+
+    rank: int
+    original_node: str | None
+    current_node: str | None
+
+    @property
+    def drifted(self) -> bool:
+        return self.original_node is not None and self.current_node is not None and self.original_node != self.current_node
+
+
+def compute_drift(original: Mapping[int, str | None], current: Mapping[int, str | None]) -> list[RankPlacement]:
+    """Per-rank placement for every rank in ``original`` (unknown current nodes count as not drifted)."""
+    return [RankPlacement(rank, original.get(rank), current.get(rank)) for rank in sorted(original)]

@@ -1,0 +1,566 @@
+"""GroupSupervisor: keep a worker group running when its actors die, hang or lose their node.
+
+States of the group (:class:`GroupState`)::
+
+    RUNNING --(rank failed)--> RECOVERING --(replaced, re-initialised)--> RUNNING
+        |                           |
+        |                           +--(restart budget exhausted / replacement failed to init)--> FAILED
+        +--(stop())--> STOPPED                                                                      (terminal)
+
+Each pass of :meth:`GroupSupervisor.step` observes (sentinels, probes, failures reported by in-flight
+calls), asks the pure :func:`~supervisor.restart_policy.decide` what to do, and executes the decision.
+Only the ``_execute_*`` methods touch Ray actors. Detection does not rely on polling: every rank keeps a
+sentinel call outstanding in its own concurrency group, and Ray fails that call the moment the process
+dies; probes (another concurrency group) catch processes that are alive but stuck.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .drift import RankPlacement, compute_drift
+from .errors import SupervisorError
+from .group import WorkerGroup
+from .hooks import LifecycleHooks, default_hooks
+from .init_policy import InitPolicy, failures_per_rank
+from .lifecycle import InitGroupError, init_group
+from .log import get_logger
+from .restart_policy import (
+    Decision,
+    DecisionKind,
+    Failure,
+    FailureReason,
+    RestartPolicy,
+    RestartRecord,
+    decide,
+)
+
+__all__ = [
+    "GroupState",
+    "WorkerState",
+    "InFlightPolicy",
+    "SupervisionConfig",
+    "RankStatus",
+    "GroupSupervisor",
+    "GroupFailedError",
+]
+
+log = get_logger("supervision")
+
+
+class GroupState(enum.Enum):
+    RUNNING = "running"
+    RECOVERING = "recovering"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (GroupState.FAILED, GroupState.STOPPED)
+
+
+class WorkerState(enum.Enum):
+    RUNNING = "running"
+    FAILED = "failed"
+    RESTARTING = "restarting"
+
+
+class InFlightPolicy(enum.Enum):
+    """What a blocking group call does when one of its ranks dies while it runs.
+
+    RETRY: wait for the replacement and run that rank's shard again on it (idempotent methods only).
+    RAISE: raise :class:`~supervisor.supervised_call.WorkerFailedError` with the survivors' results.
+    """
+
+    RETRY = "retry"
+    RAISE = "raise"
+
+
+class GroupFailedError(SupervisorError):
+    """The group is FAILED: its restart budget is exhausted or a replacement could not initialise."""
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    """How a group is supervised.
+
+    Attributes:
+        restart: strategy, restart budget and backoff.
+        init_method: worker method re-run on replacements (and on every rank when rank 0 is replaced).
+        init_args, init_kwargs: its arguments.
+        init_policy: strict per-rank timeout and attempts for that init.
+        probe_period_s, probe_timeout_s: health probe cadence and the timeout after which a rank is hung.
+        call_timeout_s: a blocking group call not answered by a rank within this is a hang (None: no limit).
+        in_flight: outcome of calls in flight when a rank dies (None: RETRY for methods registered
+            ``idempotent=True``, RAISE otherwise; a method's own ``on_rank_failure`` wins).
+        bundle_wait_timeout_s: how long to wait for a lost node's bundles to be re-placed.
+        poll_interval_s: longest a supervision pass blocks (bounds the reaction to reports and stop()).
+        sentinel_hold_s: how long one sentinel call stays outstanding before it is re-armed.
+    """
+
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    init_method: str | None = None
+    init_args: tuple[Any, ...] = ()
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    init_policy: InitPolicy = field(default_factory=InitPolicy)
+    probe_period_s: float = 5.0
+    probe_timeout_s: float = 10.0
+    call_timeout_s: float | None = None
+    in_flight: InFlightPolicy | None = None
+    bundle_wait_timeout_s: float | None = 600.0
+    poll_interval_s: float = 0.25
+    sentinel_hold_s: float = 30.0
+
+
+@dataclass
+class RankStatus:
+    """Observed state of one rank."""
+
+    rank: int
+    state: WorkerState = WorkerState.RUNNING
+    generation: int = 0
+    node_id: str | None = None
+    original_node: str | None = None
+    restarts: int = 0
+    last_failure: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return RankPlacement(self.rank, self.original_node, self.node_id).drifted
+
+
+@dataclass
+class _Pending:
+    failure: Failure
+    detected_at: float  # monotonic
+    died_at_wall: float | None  # wall-clock time of death when Ray knows it
+    generation: int | None = None  # incarnation it concerns (None: the current one)
+
+
+class GroupSupervisor:
+    """Supervises one :class:`WorkerGroup` that created its actors (e.g. made by ``create_group``).
+
+    Args:
+        group: the group; it must own its actors (not attached by name).
+        config: restart strategy, budget, probes, init method...
+        hooks: lifecycle hooks (default: metrics and structured logs).
+        clock: monotonic clock (injectable).
+
+    Use :meth:`start` to supervise in a background thread (owned by this object and stopped by
+    :meth:`stop`), or call :meth:`step` yourself.
+    """
+
+    def __init__(
+        self,
+        group: WorkerGroup,
+        config: SupervisionConfig | None = None,
+        hooks: LifecycleHooks | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.group = group
+        self.config = config or SupervisionConfig()
+        self.hooks = hooks if hooks is not None else default_hooks()
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._state = GroupState.RUNNING
+        self._failure: GroupFailedError | None = None
+        self._history: list[RestartRecord] = []
+        self._reported: list[_Pending] = []
+        self._sentinels: dict[Any, tuple[int, int]] = {}
+        self._probes: dict[Any, tuple[int, int, float]] = {}
+        self._next_probe: dict[int, float] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        original = self._original_nodes()
+        self._ranks = [
+            RankStatus(rank=r, node_id=group.rank_nodes.get(r), original_node=original.get(r)) for r in range(group.world_size)
+        ]
+        group.supervisor = self
+
+    # -- public surface -------------------------------------------------------------------------
+    @property
+    def state(self) -> GroupState:
+        return self._state
+
+    @property
+    def failure(self) -> GroupFailedError | None:
+        return self._failure
+
+    def ranks(self) -> list[RankStatus]:
+        with self._cond:
+            return [RankStatus(**vars(r)) for r in self._ranks]
+
+    def drift(self) -> list[RankPlacement]:
+        """Per-rank placement: bundle node at pool creation vs the node the rank runs on now."""
+        with self._cond:
+            return compute_drift({r.rank: r.original_node for r in self._ranks}, {r.rank: r.node_id for r in self._ranks})
+
+    def restart_history(self) -> list[RestartRecord]:
+        with self._cond:
+            return list(self._history)
+
+    def start(self) -> GroupSupervisor:
+        """Arm the sentinels and supervise in a background thread."""
+        if self._thread is not None:
+            return self
+        self._arm_all()
+        self._publish_worker_states()
+        self._thread = threading.Thread(target=self._run, name=f"supervisor-{self.group.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop supervising (the actors are left alone). Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        with self._cond:
+            if not self._state.is_terminal:
+                self._state = GroupState.STOPPED
+            self._cond.notify_all()
+
+    def generation(self, rank: int) -> int:
+        with self._cond:
+            return self._ranks[rank].generation
+
+    def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
+        """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""
+        with self._cond:
+            if self._ranks[rank].generation != generation:
+                return  # already replaced
+            failure = Failure(rank, reason, detail, self._ranks[rank].node_id)
+            self._reported.append(_Pending(failure, self.clock(), None, generation))
+            self._cond.notify_all()
+
+    def await_replacement(self, rank: int, generation: int, timeout_s: float | None = None) -> int:
+        """Block until ``rank`` runs a generation newer than ``generation``; return it.
+
+        Raises:
+            GroupFailedError: the group failed (or stopped) instead.
+            TimeoutError: not replaced within ``timeout_s``.
+        """
+        deadline = None if timeout_s is None else self.clock() + timeout_s
+        with self._cond:
+            while True:
+                status = self._ranks[rank]
+                if status.generation > generation and status.state is WorkerState.RUNNING:
+                    return status.generation
+                if self._state.is_terminal:
+                    raise self._failure or GroupFailedError(f"group {self.group.name} is {self._state.value}")
+                remaining = None if deadline is None else deadline - self.clock()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"rank {rank} of group {self.group.name} not replaced within {timeout_s:g}s")
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and not self._state.is_terminal:
+                self.step(self.config.poll_interval_s)
+        except BaseException as exc:  # the supervisor itself broke: fail loudly, never silently stop
+            log.exception("supervisor_crashed", group=self.group.name)
+            self._escalate(f"supervisor loop crashed: {type(exc).__name__}: {exc}", ())
+
+    def step(self, timeout_s: float) -> Decision:
+        """One pass: observe for up to ``timeout_s``, decide, execute. Returns the decision taken."""
+        pending = self._observe(timeout_s)
+        if self._state.is_terminal or not pending:
+            return Decision(DecisionKind.NOOP)
+        by_rank: dict[int, _Pending] = {}
+        for p in pending:
+            by_rank.setdefault(p.failure.rank, p)
+        decision = decide([p.failure for p in by_rank.values()], self._history, self.group.world_size, self.config.restart, self.clock())
+        if decision.kind is DecisionKind.ESCALATE:
+            self._escalate(decision.message, decision.ranks)
+        elif decision.kind is DecisionKind.RESTART:
+            self._execute_restart(decision, by_rank)
+        return decision
+
+    # -- observation ----------------------------------------------------------------------------
+    def _observe(self, timeout_s: float) -> list[_Pending]:
+        import ray
+
+        self._send_due_probes()
+        refs = list(self._sentinels) + list(self._probes)
+        with self._cond:
+            reported, self._reported = self._reported, []
+        if refs and not reported:
+            ray.wait(refs, num_returns=1, timeout=min(timeout_s, self._time_to_next_probe()))
+        elif not refs and not reported:
+            with self._cond:
+                self._cond.wait(timeout_s)
+                reported, self._reported = self._reported, []
+        found = list(reported)
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                found += self._on_ready(ref)
+        found += self._expired_probes()
+        with self._cond:
+            found += self._reported
+            self._reported = []
+        current = [
+            p
+            for p in found
+            if self._ranks[p.failure.rank].state is WorkerState.RUNNING
+            and p.generation in (None, self._ranks[p.failure.rank].generation)
+        ]
+        for p in current:
+            self._mark_failed(p)
+        return current
+
+    def _on_ready(self, ref: Any) -> list[_Pending]:
+        import ray
+
+        now = self.clock()
+        if ref in self._sentinels:
+            rank, gen = self._sentinels.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                if gen != self._ranks[rank].generation:
+                    return []
+                died_at = self._death_time(rank)
+                return [_Pending(self._classify_death(rank, exc), now, died_at)]
+            except ray.exceptions.RayError as exc:
+                return [_Pending(Failure(rank, FailureReason.DIED, _short(exc), self._ranks[rank].node_id), now, None)]
+            if gen == self._ranks[rank].generation:
+                self._arm(rank)
+            return []
+        rank, gen, _sent = self._probes.pop(ref)
+        try:
+            info = ray.get(ref)
+        except ray.exceptions.RayError:
+            return []  # death is the sentinel's to report
+        if gen == self._ranks[rank].generation:
+            with self._cond:
+                self._ranks[rank].node_id = info.get("node_id", self._ranks[rank].node_id)
+        return []
+
+    def _expired_probes(self) -> list[_Pending]:
+        now = self.clock()
+        out = []
+        for ref, (rank, gen, sent) in list(self._probes.items()):
+            if now - sent > self.config.probe_timeout_s:
+                del self._probes[ref]
+                if gen == self._ranks[rank].generation:
+                    detail = f"health probe unanswered for {self.config.probe_timeout_s:g}s"
+                    out.append(_Pending(Failure(rank, FailureReason.HUNG, detail, self._ranks[rank].node_id), now, None))
+        return out
+
+    def _send_due_probes(self) -> None:
+        now = self.clock()
+        busy = {rank for rank, _, _ in self._probes.values()}
+        for status in self._ranks:
+            if status.state is not WorkerState.RUNNING or status.rank in busy:
+                continue
+            if now >= self._next_probe.get(status.rank, 0.0):
+                worker = self.group.workers[status.rank]
+                self._probes[worker._supervisor_probe.remote()] = (status.rank, status.generation, now)
+                self._next_probe[status.rank] = now + self.config.probe_period_s
+
+    def _time_to_next_probe(self) -> float:
+        if not self._next_probe:
+            return self.config.probe_period_s
+        return max(0.0, min(self._next_probe.values()) - self.clock())
+
+    def _classify_death(self, rank: int, exc: BaseException) -> Failure:
+        import ray
+
+        node = self._ranks[rank].node_id
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        reason = FailureReason.NODE_LOST if node is not None and node not in alive else FailureReason.DIED
+        return Failure(rank, reason, _short(exc), node)
+
+    def _death_time(self, rank: int) -> float | None:
+        # The GCS records when the actor died; detection latency is measured from there.
+        try:
+            from ray._private import state
+
+            info = state.actors(self.group.workers[rank]._actor_id.hex())
+            end_ms = float(info.get("EndTime", 0) or 0)
+            return end_ms / 1000.0 if end_ms > 0 else None
+        except Exception:
+            return None
+
+    def _mark_failed(self, pending: _Pending) -> None:
+        rank = pending.failure.rank
+        with self._cond:
+            status = self._ranks[rank]
+            status.state = WorkerState.FAILED
+            status.last_failure = f"{pending.failure.reason.value}: {pending.failure.detail}"
+        detection = None if pending.died_at_wall is None else max(0.0, time.time() - pending.died_at_wall - (self.clock() - pending.detected_at))
+        self.hooks.on_worker_failed(self.group.name, rank, pending.failure.reason.value, pending.failure.detail, detection)
+        self._publish_worker_states()
+
+    # -- execution (the only methods that change actors) ----------------------------------------
+    def _arm(self, rank: int) -> None:
+        worker = self.group.workers[rank]
+        ref = worker._supervisor_sentinel.remote(self.config.sentinel_hold_s)
+        self._sentinels[ref] = (rank, self._ranks[rank].generation)
+
+    def _arm_all(self) -> None:
+        self._sentinels.clear()
+        for rank in range(self.group.world_size):
+            self._arm(rank)
+
+    def _execute_restart(self, decision: Decision, by_rank: dict[int, _Pending]) -> None:
+        group = self.group
+        ranks = list(decision.ranks)
+        with self._cond:
+            self._state = GroupState.RECOVERING
+            for r in ranks:
+                self._ranks[r].state = WorkerState.RESTARTING
+        self._publish_worker_states()
+        if decision.delay_s > 0:
+            self._stop.wait(decision.delay_s)
+        try:
+            replaced, extra = self._replace(set(ranks))
+        except InitGroupError as exc:
+            self._escalate(f"replacement of rank(s) {ranks} failed to initialise: {exc}", tuple(ranks), reason=FailureReason.INIT_FAILED)
+            return
+        except Exception as exc:
+            self._escalate(f"replacement of rank(s) {ranks} failed: {type(exc).__name__}: {exc}", tuple(ranks))
+            return
+        # Ranks that died while the others were being recovered were replaced too.
+        for r in replaced.keys() - by_rank.keys() - set(ranks):
+            by_rank[r] = _Pending(Failure(r, FailureReason.DIED, "died during recovery"), self.clock(), None)
+        ranks = sorted(replaced)
+        nodes = replaced
+        now = self.clock()
+        # Under one_for_all the healthy ranks are restarted because of the failed ones: same reason.
+        trigger = min(by_rank.values(), key=lambda p: p.failure.rank).failure.reason
+        own_by_rank: dict[int, int] = {}
+        with self._cond:
+            for r in ranks:
+                status = self._ranks[r]
+                status.generation += 1
+                status.state = WorkerState.RUNNING
+                status.node_id = nodes.get(r)
+                reason = by_rank[r].failure.reason if r in by_rank else trigger
+                # init_group already announced its own replacements; record them against the budget too.
+                own = own_by_rank[r] = 1 if r in decision.ranks or r not in extra else 0
+                status.restarts += own + extra.get(r, 0)
+                self._history += [RestartRecord(r, reason, now)] * own
+                self._history += [RestartRecord(r, FailureReason.INIT_FAILED, now)] * extra.get(r, 0)
+            self._state = GroupState.RUNNING
+            self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] not in ranks}
+            self._probes = {ref: v for ref, v in self._probes.items() if v[0] not in ranks}
+        for r in ranks:
+            self._arm(r)
+            pending = by_rank.get(r)
+            reason = pending.failure.reason.value if pending else trigger.value
+            recovery = None
+            if pending is not None:
+                recovery = now - pending.detected_at
+                if pending.died_at_wall is not None:
+                    recovery = max(recovery, time.time() - pending.died_at_wall)
+            if own_by_rank[r]:
+                self.hooks.on_worker_replaced(group.name, r, reason)
+            self.hooks.on_worker_recovered(group.name, r, recovery)
+            status = self._ranks[r]
+            if status.drifted:
+                self.hooks.on_placement_drift(group.name, r, status.original_node or "", status.node_id or "")
+        with self._cond:
+            self._cond.notify_all()
+        self.hooks.on_drift_state(group.name, sum(1 for p in self.drift() if p.drifted))
+        self._publish_worker_states()
+
+    def _replace(self, ranks: set[int]) -> tuple[dict[int, str | None], dict[int, int]]:
+        """Replace ``ranks`` (and any rank that dies meanwhile) and re-run init.
+
+        Returns:
+            ``{rank: node}`` of every replaced rank, and ``{rank: extra replacements}`` made by
+            init_group when a replacement itself failed its init (each one is a restart too).
+        """
+        import ray
+
+        group, cfg = self.group, self.config
+        self._wait_bundles(sorted(ranks))
+        if 0 in ranks:
+            try:
+                ray.kill(group.workers[0], no_restart=True)
+            except Exception:  # already dead
+                pass
+            group.pick_new_rendezvous()
+        for r in sorted(ranks):
+            group.replace_worker(r)
+        if 0 in ranks:
+            for r in group.publish_rendezvous([r for r in range(group.world_size) if r not in ranks]):
+                group.replace_worker(r)
+                ranks.add(r)
+            assert group._rendezvous is not None
+            self.hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
+        extra: dict[int, int] = {}
+        if cfg.init_method:
+            to_init = list(range(group.world_size)) if 0 in ranks else sorted(ranks)
+            attempts = init_group(group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, self.hooks, ranks=to_init)
+            # init_group replaced every rank whose init failed; each is a restart and a new incarnation.
+            extra = failures_per_rank(attempts)
+            ranks |= set(extra)
+        refs = {group.workers[r].node_info.remote(): r for r in sorted(ranks)}
+        nodes: dict[int, str | None] = dict.fromkeys(ranks)
+        for ref, r in refs.items():
+            try:
+                nodes[r] = ray.get(ref, timeout=cfg.init_policy.timeout_s)["node_id"]
+            except ray.exceptions.RayError:
+                pass  # died again already: its new sentinel reports it
+        return nodes, extra
+
+    def _wait_bundles(self, ranks: list[int]) -> None:
+        # A lost node's bundles are re-placed by Ray (RESCHEDULING, then CREATED); wait for that
+        # leniently and say so, before putting replacements into them.
+        from ray.util import placement_group_table
+
+        pg_indexes = sorted({self.group.slots[r].pg_index for r in ranks})
+        started = self.clock()
+        next_report = started + 5.0
+        while True:
+            states = {i: placement_group_table(self.group._pgs[i]).get("state") for i in pg_indexes}
+            if all(s == "CREATED" for s in states.values()):
+                return
+            waited = self.clock() - started
+            timeout = self.config.bundle_wait_timeout_s
+            if timeout is not None and waited > timeout:
+                raise TimeoutError(f"placement groups {states} not re-placed after {waited:.0f}s")
+            if self.clock() >= next_report:
+                log.info("waiting_for_bundles", group=self.group.name, placement_groups=states, waited_s=round(waited, 1))
+                next_report = self.clock() + 5.0
+            if self._stop.wait(0.1):
+                raise TimeoutError("supervisor stopped while waiting for bundles")
+
+    def _escalate(self, message: str, ranks: tuple[int, ...], reason: FailureReason | None = None) -> None:
+        error = GroupFailedError(f"group {self.group.name} FAILED: {message}")
+        with self._cond:
+            self._state = GroupState.FAILED
+            self._failure = error
+            for r in ranks:
+                self._ranks[r].state = WorkerState.FAILED
+            self._cond.notify_all()
+        self.hooks.on_group_failed(self.group.name, str(error))
+        self._publish_worker_states()
+
+    def _publish_worker_states(self) -> None:
+        with self._cond:
+            counts = {s.value: 0 for s in WorkerState}
+            for r in self._ranks:
+                counts[r.state.value] += 1
+        self.hooks.on_worker_states(self.group.name, counts)
+
+    def _original_nodes(self) -> dict[int, str]:
+        pool = self.group.resource_pool
+        if pool is None:
+            return {}
+        nodes = pool.original_bundle_nodes()
+        return {s.rank: nodes[(s.pg_index, s.bundle_index)] for s in self.group.slots if (s.pg_index, s.bundle_index) in nodes}
+
+
+def _short(exc: BaseException) -> str:
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"

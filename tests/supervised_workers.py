@@ -1,0 +1,61 @@
+"""Worker classes for the fault-tolerance tests (light: no torch at import)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from supervisor import Dispatch, Worker, register
+
+
+def _marker(directory: str, name: str) -> str:
+    return os.path.join(directory, name)
+
+
+class RolloutWorker(Worker):
+    """``generate`` returns the ids it was given (a rollout shard), slowly enough to be killed mid-call."""
+
+    def __init__(self, control_dir: str, step_s: float = 0.05) -> None:
+        super().__init__()
+        self.control_dir = control_dir
+        self.step_s = step_s
+        self.master = None
+        # Crash loop: once the marker for this rank exists, every incarnation dies shortly after start.
+        if os.path.exists(_marker(control_dir, f"crashloop{self.rank}")):
+            threading.Timer(0.3, os._exit, args=(1,)).start()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> str:
+        self.master = os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]
+        return self.master
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def rendezvous(self) -> str | None:
+        return self.master
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, idempotent=True)
+    def generate(self, batch):
+        from supervisor.protocol import DataProto
+
+        self._step()
+        return DataProto.from_dict(tensors={"ids": batch.batch["ids"].clone()})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def score(self, batch):
+        from supervisor.protocol import DataProto
+
+        self._step()
+        return DataProto.from_dict(tensors={"ids": batch.batch["ids"].clone()})
+
+    def _step(self) -> None:
+        time.sleep(self.step_s)
+        # A one-shot hang: the first call on this rank after the marker appears never returns.
+        hang = _marker(self.control_dir, f"hang{self.rank}")
+        if os.path.exists(hang):
+            os.remove(hang)
+            time.sleep(3600)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def whereami(self) -> dict:
+        return self.node_info()

@@ -1,0 +1,272 @@
+"""Fault tolerance on a real multi-node Ray cluster: detection, replacement, in-flight calls, drift, budgets."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from signal import SIGKILL
+
+import pytest
+import ray
+import torch
+from supervised_workers import RolloutWorker
+
+from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
+from supervisor.hooks import ObservingHooks
+from supervisor.init_policy import InitPolicy
+from supervisor.metrics import REGISTRY
+from supervisor.protocol import DataProto
+from supervisor.restart_policy import RestartPolicy, RestartStrategy
+from supervisor.supervised_call import WorkerFailedError
+from supervisor.supervision import (
+    GroupFailedError,
+    GroupState,
+    GroupSupervisor,
+    InFlightPolicy,
+    SupervisionConfig,
+)
+
+FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A CPU-only head and three worker nodes with 2 declared GPUs each (one spare for node-loss tests)."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 0, "include_dashboard": False})
+    try:
+        workers = [cluster.add_node(num_cpus=4, num_gpus=2) for _ in range(3)]
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        cluster.gpu_nodes = workers
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+class RecordingHooks(ObservingHooks):
+    def __init__(self):
+        self.failed = []
+        self.replaced = []
+        self.drift = []
+
+    def on_worker_failed(self, group, rank, reason, detail, detection_s):
+        super().on_worker_failed(group, rank, reason, detail, detection_s)
+        self.failed.append((time.monotonic(), rank, reason, detection_s))
+
+    def on_worker_replaced(self, group, rank, reason):
+        super().on_worker_replaced(group, rank, reason)
+        self.replaced.append((rank, reason))
+
+    def on_placement_drift(self, group, rank, original_node, current_node):
+        super().on_placement_drift(group, rank, original_node, current_node)
+        self.drift.append((rank, original_node, current_node))
+
+
+def _metric(name, **labels):
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _supervised(tmp_path, process_on_nodes=(4,), use_gpu=False, hooks=None, **config):
+    pool = ResourcePool(list(process_on_nodes), use_gpu=use_gpu, max_colocate_count=1)
+    group = create_group(pool, ClassWithInitArgs(RolloutWorker, control_dir=str(tmp_path)))
+    init_group(group, "init_model", policy=FAST_INIT)
+    config.setdefault("init_method", "init_model")
+    config.setdefault("init_policy", FAST_INIT)
+    config.setdefault("probe_period_s", 1.0)
+    sup = GroupSupervisor(group, SupervisionConfig(**config), hooks=hooks or RecordingHooks()).start()
+    return pool, group, sup
+
+
+def _teardown(pool, group, sup):
+    sup.stop()
+    group.kill()
+    pool.teardown()
+
+
+def _pid(group, rank):
+    return ray.get(group.workers[rank].node_info.remote(), timeout=30)["pid"]
+
+
+def _wait(predicate, timeout_s=30.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _batch(n):
+    return DataProto.from_dict(tensors={"ids": torch.arange(n)})
+
+
+def test_idle_actor_killed_is_detected_fast_and_replaced_into_its_bundle(ray_cluster, tmp_path, no_leaks):
+    hooks = RecordingHooks()
+    pool, group, sup = _supervised(tmp_path, hooks=hooks)
+    try:
+        name, slot = group.worker_names[2], group.slots[2]
+        old_id = group.workers[2]._actor_id.hex()
+        restarts = _metric("supervisor_worker_restarts_total", group=group.name, reason="died")
+        killed_at = time.monotonic()
+        os.kill(_pid(group, 2), signal.SIGKILL)
+        _wait(lambda: hooks.failed, what="detection")
+        detected_at, rank, reason, _ = hooks.failed[0]
+        assert (rank, reason) == (2, "died")
+        assert detected_at - killed_at < 1.0, f"detection took {detected_at - killed_at:.3f}s"
+        _wait(lambda: sup.generation(2) == 1, what="replacement")
+        assert group.worker_names[2] == name and group.slots[2] == slot
+        assert group.workers[2]._actor_id.hex() != old_id
+        assert ray.get_actor(name, namespace="ray_supervisor")._actor_id.hex() == group.workers[2]._actor_id.hex()
+        assert group.rendezvous()[2] is not None, "the replacement re-ran the init method"
+        assert _metric("supervisor_worker_restarts_total", group=group.name, reason="died") == restarts + 1
+        assert _metric("supervisor_workers", group=group.name, state="running") == 4
+        assert sup.state is GroupState.RUNNING
+        assert [p.drifted for p in sup.drift()] == [False] * 4
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_kills_mid_rollout_with_retry_lose_and_duplicate_nothing(ray_cluster, tmp_path, no_leaks):
+    pool, group, sup = _supervised(tmp_path, restart=RestartPolicy(max_restarts=1000))
+    stop = threading.Event()
+    kills = []
+    rng = random.Random(7)
+
+    def killer():
+        while not stop.wait(rng.uniform(0.3, 0.8)):
+            rank = rng.randrange(group.world_size)
+            try:
+                pid = _pid(group, rank)
+                os.kill(pid, SIGKILL)
+                kills.append(pid)
+            except Exception:
+                pass  # that rank is being replaced right now
+
+    thread = threading.Thread(target=killer, daemon=True)
+    try:
+        thread.start()
+        for step in range(15):
+            out = group.generate(_batch(64))
+            assert out.batch["ids"].tolist() == list(range(64)), f"step {step}: items lost, duplicated or reordered"
+        stop.set()
+        thread.join()
+        assert len(set(kills)) >= 5, f"only {len(set(kills))} kills landed"
+        # Every distinct process killed is replaced exactly once (a killed process lingers as a zombie
+        # for a moment, so the same pid can be "killed" twice). The last kill may still be recovering.
+        _wait(lambda: sum(r.restarts for r in sup.ranks()) == len(set(kills)), what=f"{len(set(kills))} restarts")
+        _wait(lambda: sup.state is GroupState.RUNNING and all(r.state.value == "running" for r in sup.ranks()), what="recovery")
+        assert sum(r.restarts for r in sup.ranks()) == len(set(kills))
+    finally:
+        stop.set()
+        _teardown(pool, group, sup)
+
+
+def test_in_flight_raise_policy_reports_failed_ranks_and_keeps_survivors(ray_cluster, tmp_path, no_leaks):
+    pool, group, sup = _supervised(tmp_path, in_flight=InFlightPolicy.RAISE)
+    try:
+        (tmp_path / "hang1").touch()  # rank 1 blocks inside the call until it is killed
+        timer = threading.Timer(1.0, lambda: os.kill(_pid(group, 1), signal.SIGKILL))
+        timer.start()
+        with pytest.raises(WorkerFailedError) as info:
+            group.score(_batch(8))
+        timer.join()
+        assert sorted(info.value.failed) == [1]
+        assert "died on node" in info.value.failed[1]
+        assert sorted(info.value.partial_results) == [0, 2, 3]
+        assert info.value.partial_results[0].batch["ids"].tolist() == [0, 1]
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_rank_zero_killed_every_rank_learns_the_new_rendezvous(ray_cluster, tmp_path, no_leaks):
+    pool, group, sup = _supervised(tmp_path)
+    try:
+        old = group.rendezvous()
+        assert len(set(old)) == 1
+        os.kill(_pid(group, 0), signal.SIGKILL)
+        _wait(lambda: sup.generation(0) == 1, what="rank 0 replacement")
+        new = group.rendezvous()
+        assert len(set(new)) == 1 and new[0] != old[0], f"ranks disagree or kept the old rendezvous: {new}"
+        assert new[0] == f"{group.master_address}:{group.master_port}"
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_one_for_all_rebuilds_every_rank(ray_cluster, tmp_path, no_leaks):
+    hooks = RecordingHooks()
+    pool, group, sup = _supervised(tmp_path, hooks=hooks, restart=RestartPolicy(strategy=RestartStrategy.ONE_FOR_ALL))
+    try:
+        before = [w._actor_id.hex() for w in group.workers]
+        os.kill(_pid(group, 2), signal.SIGKILL)
+        _wait(lambda: all(sup.generation(r) == 1 for r in range(4)), what="rebuild")
+        after = [w._actor_id.hex() for w in group.workers]
+        assert all(a != b for a, b in zip(before, after, strict=True))
+        assert sorted(r for r, _ in hooks.replaced) == [0, 1, 2, 3]
+        assert {reason for _, reason in hooks.replaced} == {"died"}
+        assert [r.restarts for r in sup.ranks()] == [1, 1, 1, 1]
+        assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_crash_loop_stops_at_the_budget_and_fails_the_group(ray_cluster, tmp_path, no_leaks):
+    hooks = RecordingHooks()
+    pool, group, sup = _supervised(tmp_path, hooks=hooks, restart=RestartPolicy(max_restarts=3, restart_window_s=60), init_method=None)
+    try:
+        (tmp_path / "crashloop1").touch()  # from now on rank 1 dies 0.3 s after every start
+        os.kill(_pid(group, 1), signal.SIGKILL)
+        _wait(lambda: sup.state is GroupState.FAILED, timeout_s=60, what="FAILED")
+        assert len(hooks.replaced) == 3
+        assert isinstance(sup.failure, GroupFailedError)
+        message = str(sup.failure)
+        assert "restart budget exhausted: 3 restart(s) in the last 60s (max_restarts=3)" in message
+        assert "rank 1 died" in message
+        with pytest.raises(GroupFailedError):
+            group.generate(_batch(4))
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_hung_rank_inside_a_call_is_detected_by_its_timeout_and_replaced(ray_cluster, tmp_path, no_leaks):
+    hooks = RecordingHooks()
+    pool, group, sup = _supervised(tmp_path, hooks=hooks, call_timeout_s=3.0)
+    try:
+        (tmp_path / "hang3").touch()
+        started = time.monotonic()
+        out = group.generate(_batch(16))
+        assert out.batch["ids"].tolist() == list(range(16))
+        assert 3.0 <= time.monotonic() - started < 30
+        assert (3, "hung") in [(r, reason) for _, r, reason, _ in hooks.failed]
+        assert (3, "hung") in hooks.replaced
+        assert sup.generation(3) == 1
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_node_loss_replaces_affected_ranks_and_reports_drift_for_exactly_them(ray_cluster, tmp_path, no_leaks):
+    hooks = RecordingHooks()
+    pool, group, sup = _supervised(tmp_path, process_on_nodes=(2, 2), use_gpu=True, hooks=hooks)
+    try:
+        original = pool.original_bundle_nodes()
+        lost_node_id = original[(1, 0)]
+        node = next(n for n in ray_cluster.gpu_nodes if n.node_id == lost_node_id)
+        moved = [s.rank for s in group.slots if original[(s.pg_index, s.bundle_index)] == lost_node_id]
+        assert moved == [2, 3]
+        ray_cluster.remove_node(node)
+        _wait(lambda: all(sup.generation(r) == 1 for r in moved), timeout_s=90, what="replacement after node loss")
+        drift = {p.rank: p for p in sup.drift()}
+        assert [r for r, p in drift.items() if p.drifted] == moved
+        for r in moved:
+            assert drift[r].original_node == lost_node_id and drift[r].current_node != lost_node_id
+        assert {reason for _, reason in hooks.replaced} == {"node_lost"}
+        assert sorted(r for r, _, _ in hooks.drift) == moved
+        assert _metric("supervisor_placement_drift_workers", group=group.name) == 2
+        assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
+    finally:
+        _teardown(pool, group, sup)
+        ray_cluster.gpu_nodes.append(ray_cluster.add_node(num_cpus=4, num_gpus=2))
