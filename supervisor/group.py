@@ -316,7 +316,7 @@ class WorkerGroup:
         """Tell live ranks the group's current rendezvous (their environment is updated in place).
 
         Returns:
-            The ranks that could not be told because their actor died (the caller replaces them).
+            The ranks that could not be told because their actor died or is stuck (the caller replaces them).
         """
         import ray
 
@@ -327,7 +327,7 @@ class WorkerGroup:
         for ref, rank in refs.items():
             try:
                 ray.get(ref, timeout=timeout_s)
-            except ray.exceptions.RayActorError:
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 dead.append(rank)
         return sorted(dead)
 

@@ -146,6 +146,7 @@ class Worker(WorkerHelper):
     def get_master_addr_port(self) -> tuple[str, str]:
         return self._master_addr, self._master_port
 
+    @ray.method(concurrency_group=PROBE_GROUP)
     def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
         """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
         self._master_addr, self._master_port = str(master_addr), str(master_port)
