@@ -19,7 +19,7 @@ from .layout import BundleSlot, actor_name, validate_name_prefix
 from .log import get_logger
 from .pool import PlacementStrategy, ResourcePool
 from .rendezvous import pick_rendezvous
-from .worker import SUPERVISION_CONCURRENCY_GROUPS, Worker
+from .worker import SUPERVISION_CONCURRENCY_GROUPS, Worker, send_rendezvous
 
 __all__ = ["WorkerGroup", "DEFAULT_NAMESPACE"]
 
@@ -322,7 +322,7 @@ class WorkerGroup:
 
         assert self._rendezvous is not None
         rdv = self._rendezvous
-        refs = {self._workers[r]._update_rendezvous.remote(rdv.master_addr, rdv.master_port): r for r in ranks}
+        refs = {send_rendezvous(self._workers[r], rdv.master_addr, rdv.master_port): r for r in ranks}
         dead: list[int] = []
         for ref, rank in refs.items():
             try:

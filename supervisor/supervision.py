@@ -39,6 +39,7 @@ from .restart_policy import (
     RestartRecord,
     decide,
 )
+from .worker import arm_sentinel, send_probe
 
 __all__ = [
     "GroupState",
@@ -362,7 +363,7 @@ class GroupSupervisor:
                 continue
             if now >= self._next_probe.get(status.rank, 0.0):
                 worker = self.group.workers[status.rank]
-                self._probes[worker._supervisor_probe.remote()] = (status.rank, status.generation, now)
+                self._probes[send_probe(worker)] = (status.rank, status.generation, now)
                 self._next_probe[status.rank] = now + self.config.probe_period_s
 
     def _time_to_next_probe(self) -> float:
@@ -402,7 +403,7 @@ class GroupSupervisor:
     # -- execution (the only methods that change actors) ----------------------------------------
     def _arm(self, rank: int) -> None:
         worker = self.group.workers[rank]
-        ref = worker._supervisor_sentinel.remote(self.config.sentinel_hold_s)
+        ref = arm_sentinel(worker, self.config.sentinel_hold_s)
         self._sentinels[ref] = (rank, self._ranks[rank].generation)
 
     def _arm_all(self) -> None:

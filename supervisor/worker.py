@@ -14,20 +14,43 @@ import socket
 import time
 from typing import Any
 
-import ray
-
 from .decorator import register
 from .errors import WorkerEnvError
 from .modes import Dispatch, Execute
 
-__all__ = ["Worker", "WorkerHelper", "find_free_port", "node_ip_address", "SUPERVISION_CONCURRENCY_GROUPS"]
+__all__ = [
+    "Worker",
+    "WorkerHelper",
+    "find_free_port",
+    "node_ip_address",
+    "SUPERVISION_CONCURRENCY_GROUPS",
+    "arm_sentinel",
+    "send_probe",
+    "send_rendezvous",
+]
 
 # The supervisor's calls run in their own concurrency groups, so they are answered while a user call
 # is busy: the sentinel stays outstanding (Ray fails it the moment the process dies) and the probe
-# answers unless the whole process is stuck.
+# answers unless the whole process is stuck. The group is chosen per call (not with @ray.method on the
+# class), so a Worker subclass still works as a plain `ray.remote` actor without these groups.
 SENTINEL_GROUP = "_supervisor_sentinel"
 PROBE_GROUP = "_supervisor_probe"
 SUPERVISION_CONCURRENCY_GROUPS = {SENTINEL_GROUP: 1, PROBE_GROUP: 1}
+
+
+def arm_sentinel(handle: Any, hold_s: float) -> Any:
+    """Start a sentinel call on a supervised actor; Ray fails the returned ref as soon as it dies."""
+    return handle._supervisor_sentinel.options(concurrency_group=SENTINEL_GROUP).remote(hold_s)
+
+
+def send_probe(handle: Any) -> Any:
+    """A health probe answered from the probe thread (returns :meth:`Worker.node_info`)."""
+    return handle._supervisor_probe.options(concurrency_group=PROBE_GROUP).remote()
+
+
+def send_rendezvous(handle: Any, master_addr: str, master_port: int) -> Any:
+    """Tell a supervised actor a new rendezvous, answered even while it runs a call."""
+    return handle._update_rendezvous.options(concurrency_group=PROBE_GROUP).remote(master_addr, master_port)
 
 
 def node_ip_address() -> str:
@@ -146,7 +169,6 @@ class Worker(WorkerHelper):
     def get_master_addr_port(self) -> tuple[str, str]:
         return self._master_addr, self._master_port
 
-    @ray.method(concurrency_group=PROBE_GROUP)
     def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
         """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
         self._master_addr, self._master_port = str(master_addr), str(master_port)
@@ -166,13 +188,11 @@ class Worker(WorkerHelper):
         return {"node_id": ctx.get_node_id(), "node_ip": node_ip_address(), "pid": os.getpid(), "rank": self._rank}
 
     # -- supervision ----------------------------------------------------------------------------
-    @ray.method(concurrency_group=SENTINEL_GROUP)
     def _supervisor_sentinel(self, hold_s: float) -> int:
         """Stay outstanding for ``hold_s`` seconds, then return this process id (the supervisor re-arms it)."""
         time.sleep(hold_s)
         return os.getpid()
 
-    @ray.method(concurrency_group=PROBE_GROUP)
     def _supervisor_probe(self) -> dict[str, Any]:
         """Health probe: answers from its own thread, so only a stuck process fails it."""
         return self.node_info()

@@ -28,6 +28,7 @@ from supervisor.supervision import (
     InFlightPolicy,
     SupervisionConfig,
 )
+from supervisor.worker import send_probe
 
 FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
 
@@ -91,7 +92,7 @@ def _teardown(pool, group, sup):
 
 def _pid(group, rank):
     # The probe runs in its own concurrency group, so it answers even while a call is running.
-    return ray.get(group.workers[rank]._supervisor_probe.remote(), timeout=30)["pid"]
+    return ray.get(send_probe(group.workers[rank]), timeout=30)["pid"]
 
 
 def _wait(predicate, timeout_s=30.0, what="condition"):
