@@ -39,6 +39,15 @@ from .pool import merge_resource_pool as merge_resource_pool
 from .pool import split_resource_pool as split_resource_pool
 from .resource_wait import InfeasibleResourcesError as InfeasibleResourcesError
 from .resource_wait import ResourceWaitTimeout as ResourceWaitTimeout
+from .restart_policy import FailureReason as FailureReason
+from .restart_policy import RestartPolicy as RestartPolicy
+from .restart_policy import RestartStrategy as RestartStrategy
+from .supervised_call import WorkerFailedError as WorkerFailedError
+from .supervision import GroupFailedError as GroupFailedError
+from .supervision import GroupState as GroupState
+from .supervision import GroupSupervisor as GroupSupervisor
+from .supervision import InFlightPolicy as InFlightPolicy
+from .supervision import SupervisionConfig as SupervisionConfig
 from .worker import Worker as Worker
 
 __version__ = "0.1.0"
@@ -46,6 +55,15 @@ __version__ = "0.1.0"
 _LAZY_PROTOCOL = ("DataProto", "DataProtoFuture", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto")
 
 __all__ = [
+    "WorkerFailedError",
+    "SupervisionConfig",
+    "RestartStrategy",
+    "RestartPolicy",
+    "InFlightPolicy",
+    "GroupSupervisor",
+    "GroupState",
+    "GroupFailedError",
+    "FailureReason",
     "ActorStartError",
     "ClassWithInitArgs",
     "ClusterUnavailableError",

@@ -46,13 +46,14 @@ class MethodSpec:
     on_rank_failure: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "dispatch_mode": self.dispatch_mode,
-            "execute_mode": self.execute_mode,
-            "blocking": self.blocking,
-            "idempotent": self.idempotent,
-            "on_rank_failure": self.on_rank_failure,
-        }
+        # verl's three keys always; our extensions only when set, so a verl-style registration stores
+        # exactly what verl stores.
+        attrs: dict[str, Any] = {"dispatch_mode": self.dispatch_mode, "execute_mode": self.execute_mode, "blocking": self.blocking}
+        if self.idempotent:
+            attrs["idempotent"] = True
+        if self.on_rank_failure is not None:
+            attrs["on_rank_failure"] = self.on_rank_failure
+        return attrs
 
 
 def check_dispatch_mode(dispatch_mode: Any) -> None:

@@ -306,12 +306,12 @@ class GroupSupervisor:
         with self._cond:
             found += self._reported
             self._reported = []
-        current = [
-            p
-            for p in found
-            if self._ranks[p.failure.rank].state is WorkerState.RUNNING
-            and p.generation in (None, self._ranks[p.failure.rank].generation)
-        ]
+        first: dict[int, _Pending] = {}
+        for p in found:
+            status = self._ranks[p.failure.rank]
+            if status.state is WorkerState.RUNNING and p.generation in (None, status.generation):
+                first.setdefault(p.failure.rank, p)  # sentinel, probe and a call may all report one death
+        current = list(first.values())
         for p in current:
             self._mark_failed(p)
         return current
@@ -327,8 +327,7 @@ class GroupSupervisor:
             except ray.exceptions.RayActorError as exc:
                 if gen != self._ranks[rank].generation:
                     return []
-                died_at = self._death_time(rank)
-                return [_Pending(self._classify_death(rank, exc), now, died_at)]
+                return [_Pending(self._classify_death(rank, exc), now, self._death_time(rank), gen)]
             except ray.exceptions.RayError as exc:
                 return [_Pending(Failure(rank, FailureReason.DIED, _short(exc), self._ranks[rank].node_id), now, None)]
             if gen == self._ranks[rank].generation:
@@ -337,8 +336,13 @@ class GroupSupervisor:
         rank, gen, _sent = self._probes.pop(ref)
         try:
             info = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            # Backstop: the sentinel normally reports a death first (duplicates are dropped by generation).
+            if gen != self._ranks[rank].generation:
+                return []
+            return [_Pending(self._classify_death(rank, exc), now, self._death_time(rank), gen)]
         except ray.exceptions.RayError:
-            return []  # death is the sentinel's to report
+            return []
         if gen == self._ranks[rank].generation:
             with self._cond:
                 self._ranks[rank].node_id = info.get("node_id", self._ranks[rank].node_id)
@@ -505,13 +509,13 @@ class GroupSupervisor:
             # init_group replaced every rank whose init failed; each is a restart and a new incarnation.
             extra = failures_per_rank(attempts)
             ranks |= set(extra)
-        refs = {group.workers[r].node_info.remote(): r for r in sorted(ranks)}
+        refs = {send_probe(group.workers[r]): r for r in sorted(ranks)}
         nodes: dict[int, str | None] = dict.fromkeys(ranks)
         for ref, r in refs.items():
             try:
-                nodes[r] = ray.get(ref, timeout=cfg.init_policy.timeout_s)["node_id"]
+                nodes[r] = ray.get(ref, timeout=cfg.probe_timeout_s)["node_id"]
             except ray.exceptions.RayError:
-                pass  # died again already: its new sentinel reports it
+                pass  # died (or stuck) already: its sentinel or probe reports it
         return nodes, extra
 
     def _wait_bundles(self, ranks: list[int]) -> None:

@@ -140,3 +140,74 @@ def test_diagnosis_names_pending_and_blockers():
 def test_format_resources_orders_cpu_gpu_first():
     assert format_resources({"memory": 1, "GPU": 2, "CPU": 3}) == "CPU 3, GPU 2, memory 1"
     assert format_resources({}) == "nothing"
+
+
+# -- restart policy and drift ----------------------------------------------------------------------
+
+from supervisor.drift import compute_drift  # noqa: E402
+from supervisor.restart_policy import (  # noqa: E402
+    DecisionKind,
+    Failure,
+    FailureReason,
+    RestartPolicy,
+    RestartRecord,
+    RestartStrategy,
+    decide,
+)
+
+DIED_ = FailureReason.DIED
+
+
+def test_no_failures_no_action():
+    assert decide([], [], 4, RestartPolicy(), now=100.0).kind is DecisionKind.NOOP
+
+
+def test_one_for_one_restarts_only_the_failed_ranks():
+    d = decide([Failure(2, DIED_), Failure(1, FailureReason.HUNG)], [], 4, RestartPolicy(), now=0.0)
+    assert (d.kind, d.ranks, d.delay_s) == (DecisionKind.RESTART, (1, 2), 0.0)
+
+
+def test_one_for_all_restarts_every_rank():
+    d = decide([Failure(2, DIED_)], [], 4, RestartPolicy(strategy=RestartStrategy.ONE_FOR_ALL), now=0.0)
+    assert d.ranks == (0, 1, 2, 3)
+
+
+def test_budget_is_a_sliding_window():
+    policy = RestartPolicy(max_restarts=2, restart_window_s=60)
+    history = [RestartRecord(1, DIED_, at=0.0), RestartRecord(1, DIED_, at=30.0)]
+    escalate = decide([Failure(1, DIED_, "boom")], history, 4, policy, now=50.0)
+    assert escalate.kind is DecisionKind.ESCALATE
+    assert escalate.message == "restart budget exhausted: 2 restart(s) in the last 60s (max_restarts=2); failed: rank 1 died (boom)"
+    # the first restart has left the window by t=61
+    assert decide([Failure(1, DIED_)], history, 4, policy, now=61.0).kind is DecisionKind.RESTART
+
+
+def test_zero_budget_never_restarts():
+    assert decide([Failure(0, DIED_)], [], 1, RestartPolicy(max_restarts=0), now=0.0).kind is DecisionKind.ESCALATE
+
+
+def test_backoff_doubles_for_consecutive_restarts_of_one_rank():
+    policy = RestartPolicy(backoff_initial_s=1.0, backoff_max_s=5.0)
+    history = [RestartRecord(3, DIED_, at=float(t)) for t in range(3)]
+    assert decide([Failure(3, DIED_)], history[:0], 4, policy, now=10.0).delay_s == 0.0
+    assert decide([Failure(3, DIED_)], history[:1], 4, policy, now=10.0).delay_s == 1.0
+    assert decide([Failure(3, DIED_)], history[:2], 4, policy, now=10.0).delay_s == 2.0
+    assert decide([Failure(3, DIED_)], history * 3, 4, RestartPolicy(backoff_initial_s=1.0, backoff_max_s=5.0, max_restarts=100), now=10.0).delay_s == 5.0
+
+
+def test_restart_policy_validation():
+    with pytest.raises(ValueError, match="max_restarts must be >= 0"):
+        RestartPolicy(max_restarts=-1)
+
+
+def test_drift_is_per_rank_and_ignores_unknown_nodes():
+    placements = compute_drift({0: "a", 1: "a", 2: "b"}, {0: "a", 1: "c", 2: None})
+    assert [(p.rank, p.drifted) for p in placements] == [(0, False), (1, True), (2, False)]
+
+
+def test_decision_over_ten_thousand_workers():
+    # Decision cost is measured in bench/, not here; this checks the result at that size.
+    failures = [Failure(r, DIED_) for r in range(0, 10_000, 100)]
+    history = [RestartRecord(r, DIED_, at=float(r % 50)) for r in range(0, 10_000, 7)]
+    d = decide(failures, history, 10_000, RestartPolicy(max_restarts=100_000, restart_window_s=1e9), now=100.0)
+    assert d.kind is DecisionKind.RESTART and len(d.ranks) == 100

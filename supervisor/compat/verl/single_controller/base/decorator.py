@@ -1,7 +1,10 @@
 """``verl.single_controller.base.decorator``."""
 
+from collections.abc import Callable
+from typing import Any
+
 from supervisor.decorator import MAGIC_ATTR as MAGIC_ATTR
-from supervisor.decorator import register as register
+from supervisor.decorator import register as _register
 from supervisor.dispatch import DISPATCH_MODE_FN_REGISTRY as DISPATCH_MODE_FN_REGISTRY
 from supervisor.dispatch import collect_all_to_all as collect_all_to_all
 from supervisor.dispatch import collect_dp_compute as collect_dp_compute
@@ -24,6 +27,16 @@ from supervisor.dispatch import register_dispatch_mode as register_dispatch_mode
 from supervisor.dispatch import update_dispatch_mode as update_dispatch_mode
 from supervisor.modes import Dispatch as Dispatch
 from supervisor.modes import Execute as Execute
+
+
+def register(
+    dispatch_mode: Any = Dispatch.ALL_TO_ALL,
+    execute_mode: Any = Execute.ALL,
+    blocking: bool = True,
+    materialize_futures: bool = True,
+) -> Callable[[Any], Any]:
+    """verl's ``register`` (same signature); ``supervisor.register`` adds ``idempotent`` and ``on_rank_failure``."""
+    return _register(dispatch_mode=dispatch_mode, execute_mode=execute_mode, blocking=blocking, materialize_futures=materialize_futures)
 
 __all__ = [
     "MAGIC_ATTR",
