@@ -102,7 +102,7 @@ def create_group(
         if group is not None:
             group.kill()
         if owned_pgs:
-            resource_pool.teardown()
+            resource_pool.release_created()
         raise
 
 
@@ -162,6 +162,7 @@ def init_group(
     hooks: LifecycleHooks | None = None,
     sleep: Callable[[float], None] = time.sleep,
     ranks: list[int] | None = None,
+    kill_on_failure: bool = True,
 ) -> list[RankAttempt]:
     """Run ``method(*args, **kwargs)`` on every rank, strictly: per-worker timeout, per-rank retries.
 
@@ -178,6 +179,8 @@ def init_group(
         sleep: how to wait between rounds (injectable for tests).
         ranks: initialise only these ranks (replacements); default every rank. The rendezvous rule
             still re-runs every rank when rank 0 is replaced.
+        kill_on_failure: kill the group's actors when a rank runs out of attempts (a supervisor
+            that escalates instead passes False and leaves the decision to its owner).
 
     Returns:
         Every attempt, in order.
@@ -201,7 +204,8 @@ def init_group(
         if plan.failed_ranks:
             latest = {a.rank: a for a in history}
             lines = [latest[r].describe(policy.attempts) for r in range(world) if r in latest]
-            group.kill()
+            if kill_on_failure:
+                group.kill()
             raise InitGroupError(
                 f"{method} failed on group {group.name}: rank(s) {list(plan.failed_ranks)} out of attempts; " + "; ".join(lines),
                 outcomes=[latest[r] for r in sorted(latest)],

@@ -128,6 +128,7 @@ class ResourcePool:
         self.n_gpus_per_node = n_gpus_per_node
         self.pgs: list[Any] | None = None
         self._owns_pgs = True
+        self._created: list[Any] = []  # placement groups this pool created (not adopted)
         self._parent: ResourcePool | None = None
         self._original_nodes: dict[tuple[int, int], str] = {}
 
@@ -249,12 +250,14 @@ class ResourcePool:
                 created.append(pg)
                 pgs.append(pg)
             wait_for_placement_groups(demand, pgs, timeout_s, progress_interval_s, hooks)
+            self.pgs = self._rank_order(ray, pgs)
+            self._record_original_nodes()
         except BaseException:
+            self.pgs = None
             for pg in created:
                 _remove_quietly(pg)
             raise
-        self.pgs = self._rank_order(ray, pgs)
-        self._record_original_nodes()
+        self._created = created
         return self.pgs
 
     @staticmethod
@@ -304,6 +307,15 @@ class ResourcePool:
             return self._original_nodes[(pg_index, bundle_index)]
         except KeyError:
             raise PlacementError(f"pool {self.name_prefix!r} has no ready bundle ({pg_index}, {bundle_index})") from None
+
+    def release_created(self) -> None:
+        """Undo the last :meth:`get_placement_groups`: remove the placement groups it created, forget the
+        ones it adopted (they belong to whoever made them). For cleanup after a failed start."""
+        created, self._created = self._created, []
+        self.pgs = None
+        self._original_nodes = {}
+        for pg in created:
+            _remove_quietly(pg)
 
     def teardown(self) -> None:
         """Remove the placement groups this pool created or adopted.

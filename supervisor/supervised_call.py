@@ -79,9 +79,9 @@ def run_supervised(
     from .supervision import InFlightPolicy
 
     def submit(rank: int) -> tuple[Any, int, float]:
-        generation = supervisor.generation(rank)
+        generation, actor = supervisor.acquire(rank)  # waits out a recovery; raises if the group failed
         args, kwargs = per_rank[rank]
-        return group._remote(group.workers[rank], method_name, args, kwargs), generation, time.monotonic()
+        return group._remote(actor, method_name, args, kwargs), generation, time.monotonic()
 
     pending: dict[Any, tuple[int, int, float]] = {}
     for rank in per_rank:
@@ -110,6 +110,14 @@ def run_supervised(
             rank, gen, _ = pending.pop(ref)
             try:
                 results[rank] = ray.get(ref)
+            except ray.exceptions.ActorUnavailableError as exc:
+                # Unreachable for now, maybe not dead: never report a death for it.
+                if policy is InFlightPolicy.RAISE:
+                    failed[rank] = f"unavailable: {_first_line(exc)}"
+                else:
+                    time.sleep(poll_s)
+                    new_ref, new_gen, started = submit(rank)
+                    pending[new_ref] = (rank, new_gen, started)
             except ray.exceptions.RayActorError as exc:
                 rank_failed(rank, gen, FailureReason.DIED, _first_line(exc))
         if call_timeout_s is not None:

@@ -181,7 +181,6 @@ class GroupSupervisor:
         self._ranks = [
             RankStatus(rank=r, node_id=group.rank_nodes.get(r), original_node=original.get(r)) for r in range(group.world_size)
         ]
-        group.supervisor = self
 
     # -- public surface -------------------------------------------------------------------------
     @property
@@ -209,6 +208,8 @@ class GroupSupervisor:
         """Arm the sentinels and supervise in a background thread."""
         if self._thread is not None:
             return self
+        # Blocking group calls go through the supervisor only once something drives recovery.
+        self.group.supervisor = self
         self._arm_all()
         self._publish_worker_states()
         self._thread = threading.Thread(target=self._run, name=f"supervisor-{self.group.name}", daemon=True)
@@ -225,10 +226,29 @@ class GroupSupervisor:
             if not self._state.is_terminal:
                 self._state = GroupState.STOPPED
             self._cond.notify_all()
+        if self.group.supervisor is self:
+            self.group.supervisor = None
 
     def generation(self, rank: int) -> int:
         with self._cond:
             return self._ranks[rank].generation
+
+    def acquire(self, rank: int) -> tuple[int, Any]:
+        """Wait until the group is not recovering and ``rank`` runs; return ``(generation, actor)``.
+
+        New calls must not reach a replacement before its init method has run.
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self._cond:
+            while True:
+                if self._state.is_terminal:
+                    raise self._failure or GroupFailedError(f"group {self.group.name} is {self._state.value}")
+                status = self._ranks[rank]
+                if self._state is GroupState.RUNNING and status.state is WorkerState.RUNNING:
+                    return status.generation, self.group.workers[rank]
+                self._cond.wait(0.5)
 
     def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
         """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""
@@ -324,6 +344,11 @@ class GroupSupervisor:
             rank, gen = self._sentinels.pop(ref)
             try:
                 ray.get(ref)
+            except ray.exceptions.ActorUnavailableError:
+                # Temporarily unreachable (Ray says so), not dead: re-arm; the probe timeout decides.
+                if gen == self._ranks[rank].generation:
+                    self._arm(rank)
+                return []
             except ray.exceptions.RayActorError as exc:
                 if gen != self._ranks[rank].generation:
                     return []
@@ -336,6 +361,8 @@ class GroupSupervisor:
         rank, gen, _sent = self._probes.pop(ref)
         try:
             info = ray.get(ref)
+        except ray.exceptions.ActorUnavailableError:
+            return []
         except ray.exceptions.RayActorError as exc:
             # Backstop: the sentinel normally reports a death first (duplicates are dropped by generation).
             if gen != self._ranks[rank].generation:
@@ -371,15 +398,21 @@ class GroupSupervisor:
                 self._next_probe[status.rank] = now + self.config.probe_period_s
 
     def _time_to_next_probe(self) -> float:
-        if not self._next_probe:
+        busy = {rank for rank, _, _ in self._probes.values()}
+        due = [t for rank, t in self._next_probe.items() if rank not in busy]
+        due += [sent + self.config.probe_timeout_s for _, _, sent in self._probes.values()]
+        if not due:
             return self.config.probe_period_s
-        return max(0.0, min(self._next_probe.values()) - self.clock())
+        return max(0.01, min(due) - self.clock())
 
     def _classify_death(self, rank: int, exc: BaseException) -> Failure:
         import ray
 
         node = self._ranks[rank].node_id
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        try:
+            alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        except Exception:  # a GCS hiccup must not take the supervisor down; the death is still a death
+            alive = {node}
         reason = FailureReason.NODE_LOST if node is not None and node not in alive else FailureReason.DIED
         return Failure(rank, reason, _short(exc), node)
 
@@ -419,18 +452,20 @@ class GroupSupervisor:
         group = self.group
         ranks = list(decision.ranks)
         with self._cond:
-            self._state = GroupState.RECOVERING
+            self._state = GroupState.RECOVERING  # acquire() holds new calls until RUNNING again
             for r in ranks:
                 self._ranks[r].state = WorkerState.RESTARTING
         self._publish_worker_states()
-        if decision.delay_s > 0:
-            self._stop.wait(decision.delay_s)
+        if decision.delay_s > 0 and self._stop.wait(decision.delay_s):
+            return
         try:
             replaced, extra = self._replace(set(ranks))
         except InitGroupError as exc:
-            self._escalate(f"replacement of rank(s) {ranks} failed to initialise: {exc}", tuple(ranks), reason=FailureReason.INIT_FAILED)
+            self._escalate(f"replacement of rank(s) {ranks} failed to initialise: {exc}", tuple(ranks))
             return
         except Exception as exc:
+            if self._stop.is_set():
+                return  # stopped mid-recovery: not a failure of the group
             self._escalate(f"replacement of rank(s) {ranks} failed: {type(exc).__name__}: {exc}", tuple(ranks))
             return
         # Ranks that died while the others were being recovered were replaced too.
@@ -452,13 +487,17 @@ class GroupSupervisor:
                 # init_group already announced its own replacements; record them against the budget too.
                 own = own_by_rank[r] = 1 if r in decision.ranks or r not in extra else 0
                 status.restarts += own + extra.get(r, 0)
-                self._history += [RestartRecord(r, reason, now)] * own
+                # The budget counts failures, not ranks rebuilt because of one (one_for_all).
+                self._history += [RestartRecord(r, reason, now)] * (own if r in by_rank else 0)
                 self._history += [RestartRecord(r, FailureReason.INIT_FAILED, now)] * extra.get(r, 0)
+            if self._state.is_terminal:
+                return
             self._state = GroupState.RUNNING
             self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] not in ranks}
             self._probes = {ref: v for ref, v in self._probes.items() if v[0] not in ranks}
         for r in ranks:
             self._arm(r)
+            self._next_probe[r] = self.clock() + self.config.probe_period_s
             pending = by_rank.get(r)
             reason = pending.failure.reason.value if pending else trigger.value
             recovery = None
@@ -505,7 +544,9 @@ class GroupSupervisor:
         extra: dict[int, int] = {}
         if cfg.init_method:
             to_init = list(range(group.world_size)) if 0 in ranks else sorted(ranks)
-            attempts = init_group(group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, self.hooks, ranks=to_init)
+            attempts = init_group(
+                group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, self.hooks, ranks=to_init, kill_on_failure=False
+            )
             # init_group replaced every rank whose init failed; each is a restart and a new incarnation.
             extra = failures_per_rank(attempts)
             ranks |= set(extra)
@@ -527,7 +568,10 @@ class GroupSupervisor:
         started = self.clock()
         next_report = started + 5.0
         while True:
-            states = {i: placement_group_table(self.group._pgs[i]).get("state") for i in pg_indexes}
+            try:
+                states = {i: placement_group_table(self.group._pgs[i]).get("state") for i in pg_indexes}
+            except Exception as exc:  # transient GCS error: look again next round
+                states = {i: f"unknown ({type(exc).__name__})" for i in pg_indexes}
             if all(s == "CREATED" for s in states.values()):
                 return
             waited = self.clock() - started
@@ -540,9 +584,11 @@ class GroupSupervisor:
             if self._stop.wait(0.1):
                 raise TimeoutError("supervisor stopped while waiting for bundles")
 
-    def _escalate(self, message: str, ranks: tuple[int, ...], reason: FailureReason | None = None) -> None:
+    def _escalate(self, message: str, ranks: tuple[int, ...]) -> None:
         error = GroupFailedError(f"group {self.group.name} FAILED: {message}")
         with self._cond:
+            if self._state.is_terminal:
+                return
             self._state = GroupState.FAILED
             self._failure = error
             for r in ranks:
