@@ -323,12 +323,14 @@ class WorkerGroup:
         assert self._rendezvous is not None
         rdv = self._rendezvous
         refs = {send_rendezvous(self._workers[r], rdv.master_addr, rdv.master_port): r for r in ranks}
-        dead: list[int] = []
-        for ref, rank in refs.items():
+        # One deadline for all: stuck ranks must not add up their timeouts.
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        dead = [refs[ref] for ref in refs if ref not in set(ready)]
+        for ref in ready:
             try:
-                ray.get(ref, timeout=timeout_s)
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                dead.append(rank)
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                dead.append(refs[ref])
         return sorted(dead)
 
     # -- execution ------------------------------------------------------------------------------

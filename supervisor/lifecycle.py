@@ -225,7 +225,12 @@ def init_group(
             if plan.new_rendezvous:
                 assert group._rendezvous is not None
                 survivors = [r for r in range(world) if r not in plan.replace]
-                group.publish_rendezvous(survivors)
+                # A survivor that cannot even take the new rendezvous (dead or stuck) is replaced now
+                # rather than burning an init attempt on it.
+                for rank in group.publish_rendezvous(survivors):
+                    group.replace_worker(rank)
+                    rank_nodes.pop(rank, None)
+                    hooks.on_worker_replaced(group.name, rank, "died")
                 hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
         history += _run_round(group, plan.run, method, args, kwargs, policy, calls, rank_nodes, hooks)
         group.rank_nodes = rank_nodes
