@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cluster_state import read_snapshot
 from .drift import RankPlacement, compute_drift
 from .errors import SupervisorError
 from .group import WorkerGroup
@@ -30,6 +31,7 @@ from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitPolicy, failures_per_rank
 from .lifecycle import InitGroupError, init_group
 from .log import get_logger
+from .resources import diagnose
 from .restart_policy import (
     Decision,
     DecisionKind,
@@ -580,9 +582,21 @@ class GroupSupervisor:
                 raise TimeoutError(f"placement groups {states} not re-placed after {waited:.0f}s")
             if self.clock() >= next_report:
                 log.info("waiting_for_bundles", group=self.group.name, placement_groups=states, waited_s=round(waited, 1))
+                self._report_bundle_wait(waited)
                 next_report = self.clock() + 5.0
             if self._stop.wait(0.1):
                 raise TimeoutError("supervisor stopped while waiting for bundles")
+
+    def _report_bundle_wait(self, waited_s: float) -> None:
+        # The same diagnosis as create_group's wait: what is missing and which placement groups hold it.
+        pool = self.group.resource_pool
+        if pool is None:
+            return
+        try:
+            diagnosis = diagnose(pool.demand(), read_snapshot(), {pg.id.hex() for pg in self.group._pgs})
+        except Exception:  # diagnosis is best effort; the wait goes on
+            return
+        self.hooks.on_resource_wait_progress(pool.name_prefix, waited_s, diagnosis)
 
     def _escalate(self, message: str, ranks: tuple[int, ...]) -> None:
         error = GroupFailedError(f"group {self.group.name} FAILED: {message}")

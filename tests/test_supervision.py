@@ -268,6 +268,7 @@ def test_node_loss_replaces_affected_ranks_and_reports_drift_for_exactly_them(ra
         moved = [s.rank for s in group.slots if original[(s.pg_index, s.bundle_index)] == lost_node_id]
         assert moved == [2, 3]
         ray_cluster.remove_node(node)
+        ray_cluster.gpu_nodes.remove(node)
         _wait(lambda: all(sup.generation(r) == 1 for r in moved), timeout_s=90, what="replacement after node loss")
         drift = {p.rank: p for p in sup.drift()}
         assert [r for r, p in drift.items() if p.drifted] == moved
@@ -278,5 +279,38 @@ def test_node_loss_replaces_affected_ranks_and_reports_drift_for_exactly_them(ra
         assert _metric("supervisor_placement_drift_workers", group=group.name) == 2
         assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
     finally:
+        _teardown(pool, group, sup)
+        ray_cluster.gpu_nodes.append(ray_cluster.add_node(num_cpus=4, num_gpus=2))
+
+
+def test_node_loss_without_spare_capacity_waits_with_diagnosis_then_recovers(ray_cluster, tmp_path, no_leaks):
+    from ray.util import placement_group, remove_placement_group
+
+    class WaitHooks(RecordingHooks):
+        def __init__(self):
+            super().__init__()
+            self.waits = []
+
+        def on_resource_wait_progress(self, pool, waited_s, diagnosis):
+            super().on_resource_wait_progress(pool, waited_s, diagnosis)
+            self.waits.append(diagnosis)
+            if len(self.waits) == 1:
+                remove_placement_group(blocker)  # capacity comes back while the supervisor waits
+
+    hooks = WaitHooks()
+    pool, group, sup = _supervised(tmp_path, process_on_nodes=(2, 2), use_gpu=True, hooks=hooks)
+    blocker = placement_group([{"GPU": 2, "CPU": 1}], strategy="STRICT_PACK", name="spare-node-taken")
+    try:
+        ray.get(blocker.ready(), timeout=60)  # takes the one spare node
+        lost = next(n for n in ray_cluster.gpu_nodes if n.node_id == pool.original_bundle_nodes()[(0, 0)])
+        ray_cluster.remove_node(lost)
+        ray_cluster.gpu_nodes.remove(lost)
+        _wait(lambda: all(sup.generation(r) == 1 for r in (0, 1)), timeout_s=120, what="recovery after capacity returned")
+        assert hooks.waits, "a long wait for re-placed bundles must report what it waits for"
+        assert any("spare-node-taken" in b for b in hooks.waits[0].blockers)
+        assert sorted(p.rank for p in sup.drift() if p.drifted) == [0, 1]
+        assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
+    finally:
+        remove_placement_group(blocker)
         _teardown(pool, group, sup)
         ray_cluster.gpu_nodes.append(ray_cluster.add_node(num_cpus=4, num_gpus=2))
