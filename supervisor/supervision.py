@@ -480,10 +480,10 @@ class GroupSupervisor:
         trigger = min(by_rank.values(), key=lambda p: p.failure.rank).failure.reason
         own_by_rank: dict[int, int] = {}
         with self._cond:
+            if self._state.is_terminal:
+                return
             for r in ranks:
                 status = self._ranks[r]
-                status.generation += 1
-                status.state = WorkerState.RUNNING
                 status.node_id = nodes.get(r)
                 reason = by_rank[r].failure.reason if r in by_rank else trigger
                 # init_group already announced its own replacements; record them against the budget too.
@@ -492,14 +492,8 @@ class GroupSupervisor:
                 # The budget counts failures, not ranks rebuilt because of one (one_for_all).
                 self._history += [RestartRecord(r, reason, now)] * (own if r in by_rank else 0)
                 self._history += [RestartRecord(r, FailureReason.INIT_FAILED, now)] * extra.get(r, 0)
-            if self._state.is_terminal:
-                return
-            self._state = GroupState.RUNNING
-            self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] not in ranks}
-            self._probes = {ref: v for ref, v in self._probes.items() if v[0] not in ranks}
+        # Record the recovery (metrics, logs) before anyone can observe the new generation.
         for r in ranks:
-            self._arm(r)
-            self._next_probe[r] = self.clock() + self.config.probe_period_s
             pending = by_rank.get(r)
             reason = pending.failure.reason.value if pending else trigger.value
             recovery = None
@@ -513,9 +507,21 @@ class GroupSupervisor:
             status = self._ranks[r]
             if status.drifted:
                 self.hooks.on_placement_drift(group.name, r, status.original_node or "", status.node_id or "")
-        with self._cond:
-            self._cond.notify_all()
         self.hooks.on_drift_state(group.name, sum(1 for p in self.drift() if p.drifted))
+        with self._cond:
+            if self._state.is_terminal:
+                return
+            for r in ranks:
+                self._ranks[r].generation += 1
+                self._ranks[r].state = WorkerState.RUNNING
+            self._state = GroupState.RUNNING
+            self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] not in ranks}
+            self._probes = {ref: v for ref, v in self._probes.items() if v[0] not in ranks}
+            self._cond.notify_all()
+        # Sentinels are only read by this thread, so arming after the bump loses no death.
+        for r in ranks:
+            self._arm(r)
+            self._next_probe[r] = self.clock() + self.config.probe_period_s
         self._publish_worker_states()
 
     def _replace(self, ranks: set[int]) -> tuple[dict[int, str | None], dict[int, int]]:
