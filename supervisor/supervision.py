@@ -155,7 +155,8 @@ class GroupSupervisor:
         clock: monotonic clock (injectable).
 
     Use :meth:`start` to supervise in a background thread (owned by this object and stopped by
-    :meth:`stop`), or call :meth:`step` yourself.
+    :meth:`stop`); from then on the group's blocking calls go through :mod:`supervisor.supervised_call`.
+    Tests may drive :meth:`step` directly instead (calls are then not routed through the supervisor).
     """
 
     def __init__(
