@@ -15,6 +15,7 @@ __all__ = [
     "UnknownMethodError",
     "PlacementError",
     "ClusterUnavailableError",
+    "first_line",
 ]
 
 
@@ -44,3 +45,11 @@ class PlacementError(SupervisorError):
 
 class ClusterUnavailableError(SupervisorError, ConnectionError):
     """Ray is not initialised or the cluster cannot be reached."""
+
+
+def first_line(exc: BaseException, limit: int | None = 200) -> str:
+    """``"Type: first non-empty line of the message"`` (cut to ``limit`` characters): Ray's exception
+    messages run to many lines, and logs and error messages want one."""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    line = text[0] if text else ""
+    return f"{type(exc).__name__}: {line[:limit] if limit is not None else line}"

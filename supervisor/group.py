@@ -80,7 +80,8 @@ class WorkerGroup:
         self._dispatch_info: dict[str, list[int]] = {}
         self._collect_info: dict[str, list[bool]] = {}
         self.method_names: list[str] = []
-        # Node of each rank's actor when it last started (filled by create_group / init_group).
+        # Node of each rank's current actor, once known (filled by create_group / init_group; a
+        # replacement forgets its rank's entry).
         self.rank_nodes: dict[int, str] = {}
         # Set by a GroupSupervisor: blocking calls then survive rank failures (see supervised_call).
         self.supervisor: Any = None
@@ -257,8 +258,10 @@ class WorkerGroup:
     def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0) -> Any:
         """Kill rank ``rank``'s actor and create a fresh one into the same bundle.
 
-        The new actor has the same name, rank and environment (with the group's current rendezvous).
-        Only groups that created their actors (not attached ones) can replace them.
+        The new actor has the same name, rank and environment. Replacing rank 0 also replaces the
+        rendezvous (it lives on rank 0's node): once the old actor is gone a fresh MASTER_ADDR/PORT is
+        picked on its bundle and the new rank 0 starts with it; live ranks learn it through
+        :meth:`propagate_rendezvous`. Only groups that created their actors can replace them.
 
         Returns:
             The new actor handle.
@@ -279,6 +282,9 @@ class WorkerGroup:
         except Exception as exc:  # already dead
             log.debug("actor_kill_failed", group=self.name_prefix, rank=rank, error=str(exc))
         self._wait_name_released(name, name_release_timeout_s)
+        self.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
+        if rank == 0:
+            self._pick_new_rendezvous()
         handle = self._create_actor(self.resource_pool, self._pgs, self.cls_with_init, self._slots[rank], name, len(self._workers))
         self._workers[rank] = handle
         return handle
@@ -301,37 +307,38 @@ class WorkerGroup:
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
 
-    def pick_new_rendezvous(self) -> Rendezvous:
-        """Pick a fresh MASTER_ADDR/PORT on rank 0's bundle and make it the group's rendezvous.
-
-        Actors created afterwards get it in their environment; live ones learn it through
-        :meth:`publish_rendezvous`.
-        """
+    def _pick_new_rendezvous(self) -> Rendezvous:
+        # On rank 0's bundle, and never the previous port: stale peers may still connect to it.
         first = self._slots[0]
         previous = self._rendezvous.master_port if self._rendezvous else None
         self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous)
         return self._rendezvous
 
-    def publish_rendezvous(self, ranks: list[int], timeout_s: float = 60.0) -> list[int]:
-        """Tell live ranks the group's current rendezvous (their environment is updated in place).
+    def propagate_rendezvous(self, survivors: list[int], timeout_s: float = 60.0) -> list[int]:
+        """After rank 0 was replaced, tell the live ``survivors`` the new rendezvous (updated in place).
+
+        A survivor that cannot take it within ``timeout_s`` (dead or stuck) is replaced instead, so it
+        starts with the new rendezvous in its environment.
 
         Returns:
-            The ranks that could not be told because their actor died or is stuck (the caller replaces them).
+            The survivors that were replaced.
         """
         import ray
 
         assert self._rendezvous is not None
         rdv = self._rendezvous
-        refs = {send_rendezvous(self._workers[r], rdv.master_addr, rdv.master_port): r for r in ranks}
+        refs = {send_rendezvous(self._workers[r], rdv.master_addr, rdv.master_port): r for r in survivors}
         # One deadline for all: stuck ranks must not add up their timeouts.
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
-        dead = [refs[ref] for ref in refs if ref not in set(ready)]
+        lost = [refs[ref] for ref in refs if ref not in set(ready)]
         for ref in ready:
             try:
                 ray.get(ref)
             except ray.exceptions.RayActorError:
-                dead.append(refs[ref])
-        return sorted(dead)
+                lost.append(refs[ref])
+        for rank in sorted(lost):
+            self.replace_worker(rank)
+        return sorted(lost)
 
     # -- execution ------------------------------------------------------------------------------
     def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

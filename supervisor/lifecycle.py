@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .actor_class import ClassWithInitArgs
-from .errors import SupervisorError
+from .errors import SupervisorError, first_line
 from .group import DEFAULT_NAMESPACE, WorkerGroup
 from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
@@ -136,7 +136,7 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, ray.exceptions.RayActorError) and "creation task" in str(exc) and text:
         # The constructor raised: Ray's message ends with the original "Type: message" line.
         return f"constructor raised {text[-1].strip()}"
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    return first_line(exc, limit=None)
 
 
 def _classify(ref: Any, ready: bool, timeout_s: float) -> tuple[InitOutcome, str | None]:
@@ -196,7 +196,6 @@ def init_group(
     world = group.world_size
     history: list[RankAttempt] = []
     calls = dict.fromkeys(range(world), 0)
-    rank_nodes: dict[int, str] = dict(getattr(group, "rank_nodes", {}) or {})
     while True:
         plan = plan_next_round(history, world, policy, ranks)
         if plan.done:
@@ -214,43 +213,23 @@ def init_group(
             log.info("init_backoff", group=group.name, ranks=list(plan.replace), backoff_s=round(plan.backoff_s, 2))
             sleep(plan.backoff_s)
             latest = {a.rank: a.outcome for a in history}
-            for rank in plan.replace:
+            for rank in plan.replace:  # rank 0 first: its replacement picks the new rendezvous
                 reason = _REPLACEMENT_REASON.get(latest.get(rank, InitOutcome.RAISED), "init_failed")
-                if plan.new_rendezvous and rank == 0:
-                    _replace_rank_zero(group)
-                else:
-                    group.replace_worker(rank)
-                rank_nodes.pop(rank, None)
+                group.replace_worker(rank)
                 hooks.on_worker_replaced(group.name, rank, reason)
             if plan.new_rendezvous:
                 assert group._rendezvous is not None
                 survivors = [r for r in range(world) if r not in plan.replace]
                 # A survivor that cannot even take the new rendezvous (dead or stuck) is replaced now
                 # rather than burning an init attempt on it.
-                for rank in group.publish_rendezvous(survivors):
-                    group.replace_worker(rank)
-                    rank_nodes.pop(rank, None)
+                for rank in group.propagate_rendezvous(survivors):
                     hooks.on_worker_replaced(group.name, rank, "died")
                 hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
-        history += _run_round(group, plan.run, method, args, kwargs, policy, calls, rank_nodes, hooks)
-        group.rank_nodes = rank_nodes
+        history += _run_round(group, plan.run, method, args, kwargs, policy, calls, hooks)
 
 
 # Replacement reasons use the fixed set of supervisor_worker_restarts_total{reason}.
 _REPLACEMENT_REASON = {InitOutcome.DIED: "died", InitOutcome.TIMED_OUT: "hung", InitOutcome.RAISED: "init_failed"}
-
-
-def _replace_rank_zero(group: WorkerGroup) -> None:
-    # The old rank 0 must be gone before the probe picks a port on its bundle's node, and the new
-    # rank 0 must be created with the new rendezvous in its environment.
-    import ray
-
-    try:
-        ray.kill(group.workers[0], no_restart=True)
-    except Exception:  # already dead
-        pass
-    group.pick_new_rendezvous()
-    group.replace_worker(0)
 
 
 def _run_round(
@@ -261,12 +240,11 @@ def _run_round(
     kwargs: dict[str, Any],
     policy: InitPolicy,
     calls: dict[int, int],
-    rank_nodes: dict[int, str],
     hooks: LifecycleHooks,
 ) -> list[RankAttempt]:
     import ray
 
-    slots = group.slots
+    slots, rank_nodes = group.slots, group.rank_nodes
     node_refs = {r: group.workers[r].node_info.remote() for r in ranks if r not in rank_nodes}
     started = time.monotonic()
     refs = {group._remote(group.workers[r], method, args, kwargs): r for r in ranks}

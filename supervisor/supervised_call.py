@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import SupervisorError
+from .errors import SupervisorError, first_line
 from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
@@ -113,13 +113,13 @@ def run_supervised(
             except ray.exceptions.ActorUnavailableError as exc:
                 # Unreachable for now, maybe not dead: never report a death for it.
                 if policy is InFlightPolicy.RAISE:
-                    failed[rank] = f"unavailable: {_first_line(exc)}"
+                    failed[rank] = f"unavailable: {first_line(exc)}"
                 else:
                     time.sleep(poll_s)
                     new_ref, new_gen, started = submit(rank)
                     pending[new_ref] = (rank, new_gen, started)
             except ray.exceptions.RayActorError as exc:
-                rank_failed(rank, gen, FailureReason.DIED, _first_line(exc))
+                rank_failed(rank, gen, FailureReason.DIED, first_line(exc))
         if call_timeout_s is not None:
             now = time.monotonic()
             for ref, (rank, gen, started) in list(pending.items()):
@@ -130,7 +130,3 @@ def run_supervised(
         raise WorkerFailedError(method_name, failed, results)
     return [results[r] for r in sorted(per_rank)]
 
-
-def _first_line(exc: BaseException) -> str:
-    text = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"

@@ -25,7 +25,7 @@ from typing import Any
 
 from .cluster_state import read_snapshot
 from .drift import RankPlacement, compute_drift
-from .errors import SupervisorError
+from .errors import SupervisorError, first_line
 from .group import WorkerGroup
 from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitPolicy, failures_per_rank
@@ -313,21 +313,22 @@ class GroupSupervisor:
         self._send_due_probes()
         refs = list(self._sentinels) + list(self._probes)
         with self._cond:
-            reported, self._reported = self._reported, []
-        if refs and not reported:
-            ray.wait(refs, num_returns=1, timeout=min(timeout_s, self._time_to_next_probe()))
-        elif not refs and not reported:
-            with self._cond:
-                self._cond.wait(timeout_s)
-                reported, self._reported = self._reported, []
-        found = list(reported)
+            has_reports = bool(self._reported)
+        if not has_reports:  # block until something happens, or the pass times out
+            if refs:
+                ray.wait(refs, num_returns=1, timeout=min(timeout_s, self._time_to_next_probe()))
+            else:
+                with self._cond:
+                    self._cond.wait(timeout_s)
+        found: list[_Pending] = []
         if refs:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in ready:
                 found += self._on_ready(ref)
         found += self._expired_probes()
         with self._cond:
-            found += self._reported
+            # Reports from calls come first: they carry the call's view (e.g. hung) of the failure.
+            found = self._reported + found
             self._reported = []
         first: dict[int, _Pending] = {}
         for p in found:
@@ -357,7 +358,7 @@ class GroupSupervisor:
                     return []
                 return [_Pending(self._classify_death(rank, exc), now, self._death_time(rank), gen)]
             except ray.exceptions.RayError as exc:
-                return [_Pending(Failure(rank, FailureReason.DIED, _short(exc), self._ranks[rank].node_id), now, None)]
+                return [_Pending(Failure(rank, FailureReason.DIED, first_line(exc), self._ranks[rank].node_id), now, None)]
             if gen == self._ranks[rank].generation:
                 self._arm(rank)
             return []
@@ -417,7 +418,7 @@ class GroupSupervisor:
         except Exception:  # a GCS hiccup must not take the supervisor down; the death is still a death
             alive = {node}
         reason = FailureReason.NODE_LOST if node is not None and node not in alive else FailureReason.DIED
-        return Failure(rank, reason, _short(exc), node)
+        return Failure(rank, reason, first_line(exc), node)
 
     def _death_time(self, rank: int) -> float | None:
         # The GCS records when the actor died; detection latency is measured from there.
@@ -536,18 +537,10 @@ class GroupSupervisor:
 
         group, cfg = self.group, self.config
         self._wait_bundles(sorted(ranks))
-        if 0 in ranks:
-            try:
-                ray.kill(group.workers[0], no_restart=True)
-            except Exception:  # already dead
-                pass
-            group.pick_new_rendezvous()
-        for r in sorted(ranks):
+        for r in sorted(ranks):  # rank 0 first: its replacement picks the new rendezvous
             group.replace_worker(r)
         if 0 in ranks:
-            for r in group.publish_rendezvous([r for r in range(group.world_size) if r not in ranks]):
-                group.replace_worker(r)
-                ranks.add(r)
+            ranks |= set(group.propagate_rendezvous([r for r in range(group.world_size) if r not in ranks]))
             assert group._rendezvous is not None
             self.hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
         extra: dict[int, int] = {}
@@ -632,7 +625,3 @@ class GroupSupervisor:
         nodes = pool.original_bundle_nodes()
         return {s.rank: nodes[(s.pg_index, s.bundle_index)] for s in self.group.slots if (s.pg_index, s.bundle_index) in nodes}
 
-
-def _short(exc: BaseException) -> str:
-    text = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
