@@ -1,7 +1,8 @@
-"""The ``supervisor`` command line (a thin click layer over the library).
+"""The ``supervisor`` command line: a thin click layer over the library.
 
-The daemon commands (start, status, stop, gc) arrive with the daemon; for now the CLI reports what
-is installed and can check that a cluster is reachable.
+``start`` runs the daemon; ``status``, ``list``, ``stop`` and ``gc`` read and act on the supervisor
+records kept in the cluster; ``info`` reports versions and a cluster's resources. Errors are one line
+on stderr; exit codes: 0 fine, 1 failed (or something found), 2 invalid spec or usage.
 """
 
 from __future__ import annotations
@@ -56,5 +57,29 @@ def info(address: str | None, as_json: bool) -> None:
     else:
         for key, value in out.items():
             click.echo(f"{key}: {value}")
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, then the spec's ray.address, else an embedded local Ray).")
+@click.option("--log-level", default="INFO", show_default=True, help="Minimum level of the structured logs.")
+@click.option("--log-json/--log-console", default=None, help="Log format (default: JSON unless stderr is a terminal).")
+def start(spec_path: str, address: str | None, log_level: str, log_json: bool | None) -> None:
+    """Run the supervisor daemon for SPEC until it is stopped (SIGTERM, SIGINT, `supervisor stop`) or its
+    driver ends. Exit code 0 on a clean stop, 1 when a group FAILED, the driver raised or start-up
+    failed, 2 when the spec is invalid (nothing is created then)."""
+    from .log import configure_logging
+    from .spec import SpecError, load_spec
+
+    configure_logging(log_level, json=log_json)
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        for line in str(exc).splitlines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    from .daemon import Daemon
+
+    sys.exit(int(Daemon(spec, address=address or os.environ.get("RAY_ADDRESS")).run()))
+
+
 if __name__ == "__main__":
     main()

@@ -43,6 +43,9 @@ class WorkerGroup:
         worker_env: extra environment variables for every rank; may not override the contract.
         namespace: Ray namespace of the named actors.
         master_addr, master_port: use this rendezvous instead of picking one on rank 0's node.
+        adopt: with a resource pool, attach to the live actors that already carry this group's
+            names (a detached group left by an earlier supervisor) and create only the missing ranks;
+            ``adopted_ranks`` lists the ranks attached. If rank 0 is missing, a new rendezvous is picked.
 
     Raises:
         ConfigError / WorkerEnvError: invalid arguments (nothing is created).
@@ -63,6 +66,7 @@ class WorkerGroup:
         namespace: str = DEFAULT_NAMESPACE,
         master_addr: str | None = None,
         master_port: int | str | None = None,
+        adopt: bool = False,
     ) -> None:
         self.name_prefix = validate_name_prefix(name_prefix) if name_prefix else f"wg-{uuid.uuid4().hex[:6]}-"
         self.namespace = namespace
@@ -80,6 +84,7 @@ class WorkerGroup:
         self._dispatch_info: dict[str, list[int]] = {}
         self._collect_info: dict[str, list[bool]] = {}
         self.method_names: list[str] = []
+        self.adopted_ranks: list[int] = []
         # Node of each rank's current actor, once known (filled by create_group / init_group; a
         # replacement forgets its rank's entry).
         self.rank_nodes: dict[int, str] = {}
@@ -101,7 +106,7 @@ class WorkerGroup:
         else:
             if cls_with_init is None:
                 raise ConfigError("cls_with_init is required to create workers in a resource pool")
-            self._create_workers(resource_pool, cls_with_init, bin_pack)
+            self._create_workers(resource_pool, cls_with_init, bin_pack, adopt)
         if cls_with_init is not None:
             self.method_names = bind_registered_methods(self, cls_with_init.user_cls)
 
@@ -123,29 +128,40 @@ class WorkerGroup:
         self._workers = handles
         self._worker_names = list(worker_names)
 
-    def _create_workers(self, pool: ResourcePool, cls_with_init: ClassWithInitArgs, bin_pack: bool) -> None:
+    def _create_workers(self, pool: ResourcePool, cls_with_init: ClassWithInitArgs, bin_pack: bool, adopt: bool) -> None:
         if self.detached and not pool.detached:
             log.warning("detached_group_in_non_detached_pool", group=self.name_prefix, pool=pool.name_prefix)
         pgs = pool.get_placement_groups(strategy=None if bin_pack else PlacementStrategy.PACK)
         self._pgs = list(pgs)
         slots = pool.rank_slots()
-        if self._rendezvous is None:
-            first = slots[0]
-            self._rendezvous = pick_rendezvous(pgs[first.pg_index], first.bundle_index)
         class_name = cls_with_init.user_cls.__name__
+        names = [actor_name(self.name_prefix, class_name, slot) for slot in slots]
+        existing = {rank: handle for rank, name in enumerate(names) if adopt and (handle := self._find_actor(name)) is not None}
+        if self._rendezvous is None or (adopt and 0 not in existing):
+            # Rank 0 is created now, so its rendezvous is picked now on its bundle's node, never on
+            # an adopted group's earlier port (stale peers may still connect to it).
+            first = slots[0]
+            previous = self._rendezvous.master_port if self._rendezvous else None
+            self._rendezvous = pick_rendezvous(pgs[first.pg_index], first.bundle_index, avoid_port=previous)
+        created: list[Any] = []
         try:
-            for slot in slots:
-                name = actor_name(self.name_prefix, class_name, slot)
-                handle = self._create_actor(pool, pgs, cls_with_init, slot, name, len(slots))
+            for slot, name in zip(slots, names, strict=True):
+                handle = existing.get(slot.rank)
+                if handle is None:
+                    handle = self._create_actor(pool, pgs, cls_with_init, slot, name, len(slots))
+                    created.append(handle)
                 self._workers.append(handle)
                 self._worker_names.append(name)
                 self._slots.append(slot)
         except BaseException:
-            # Transactional start: a half-created group leaves no actors behind.
+            # Transactional start: a half-created group leaves no actors behind (adopted ones stay).
+            self._workers = created
             self.kill()
             raise
+        self.adopted_ranks = sorted(existing)
         log.info(
-            "group_created",
+            "group_adopted" if existing else "group_created",
+            adopted=len(existing),
             group=self.name_prefix,
             cls=class_name,
             world_size=len(slots),
@@ -193,6 +209,14 @@ class WorkerGroup:
                     f"WorkerGroup.from_detached(worker_names=[...]) or kill it first"
                 ) from None
             raise
+
+    def _find_actor(self, name: str) -> Any | None:
+        import ray
+
+        try:
+            return ray.get_actor(name, namespace=self.namespace)
+        except ValueError:  # no live actor of that name (a dead detached actor frees its name)
+            return None
 
     @classmethod
     def from_detached(

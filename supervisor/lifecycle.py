@@ -31,7 +31,7 @@ from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
 from .log import get_logger
 from .pool import ResourcePool
 
-__all__ = ["create_group", "init_group", "InitGroupError", "ActorStartError"]
+__all__ = ["create_group", "adopt_group", "init_group", "InitGroupError", "ActorStartError"]
 
 log = get_logger("lifecycle")
 
@@ -106,22 +106,96 @@ def create_group(
         raise
 
 
-def _wait_started(group: WorkerGroup, timeout_s: float) -> dict[int, str]:
+def adopt_group(
+    resource_pool: ResourcePool,
+    cls_with_init: ClassWithInitArgs,
+    name_prefix: str,
+    namespace: str,
+    master_addr: str | None,
+    master_port: int | None,
+    worker_env: dict[str, str] | None = None,
+    actor_start_timeout_s: float = 120.0,
+    hooks: LifecycleHooks | None = None,
+) -> tuple[WorkerGroup, list[int]]:
+    """Re-attach to a detached group an earlier supervisor left, leaving every healthy actor untouched.
+
+    The pool's placement groups must be ready (adopted). Ranks whose actor is gone, or that do not
+    answer within ``actor_start_timeout_s``, get a fresh actor in their own bundle; if rank 0 is among
+    them the rendezvous rule applies (new MASTER_ADDR/PORT, given to every live rank).
+
+    Returns:
+        The group (``rank_nodes`` filled) and the ranks whose actor is new: their init has not run
+        (every rank needs init again when rank 0 is new: the others joined the old rendezvous).
+
+    Raises:
+        ActorStartError: a new actor did not start; the new actors are killed, adopted ones left alone.
+    """
+    hooks = hooks if hooks is not None else default_hooks()
+    group = WorkerGroup(
+        resource_pool,
+        cls_with_init,
+        name_prefix=name_prefix,
+        detached=True,
+        worker_env=worker_env,
+        namespace=namespace,
+        master_addr=master_addr,
+        master_port=master_port,
+        adopt=True,
+    )
+    new = {r for r in range(group.world_size) if r not in group.adopted_ranks}
+    nodes, problems = _started_nodes(group, sorted(group.adopted_ranks), actor_start_timeout_s)
+    for rank in sorted(problems):  # rank 0 first: its replacement picks the new rendezvous
+        log.warning("adopted_worker_unresponsive", group=group.name, rank=rank, problem=problems[rank])
+        group.replace_worker(rank)
+        hooks.on_worker_replaced(group.name, rank, "died")
+        new.add(rank)
+    if 0 in new:
+        for rank in group.propagate_rendezvous(sorted(set(range(group.world_size)) - new)):
+            hooks.on_worker_replaced(group.name, rank, "died")
+            new.add(rank)
+        assert group._rendezvous is not None
+        hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
+    try:
+        group.rank_nodes = {**nodes, **_wait_started(group, actor_start_timeout_s, sorted(new))}
+    except BaseException:
+        for rank in new:
+            _kill_quietly(group.workers[rank])
+        raise
+    log.info("group_adopted_ready", group=group.name, kept=group.world_size - len(new), new=sorted(new))
+    return group, sorted(new)
+
+
+def _kill_quietly(actor: Any) -> None:
     import ray
 
-    refs = {w.node_info.remote(): rank for rank, w in enumerate(group.workers)}
-    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # already dead
+        pass
+
+
+def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float) -> tuple[dict[int, str], dict[int, str]]:
+    """Ask ``ranks`` for their node; returns ``{rank: node}`` and ``{rank: why it did not answer}``."""
+    import ray
+
+    refs = {group.workers[rank].node_info.remote(): rank for rank in ranks}
+    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     nodes: dict[int, str] = {}
-    problems: list[str] = []
+    problems: dict[int, str] = {refs[r]: f"not started after {timeout_s:.0f}s" for r in pending}
     for ref in ready:
         rank = refs[ref]
         try:
             nodes[rank] = ray.get(ref)["node_id"]
         except ray.exceptions.RayError as exc:
-            problems.append(f"rank {rank}: {_one_line(exc)}")
-    problems += [f"rank {refs[r]}: not started after {timeout_s:.0f}s" for r in pending]
+            problems[rank] = _one_line(exc)
+    return nodes, problems
+
+
+def _wait_started(group: WorkerGroup, timeout_s: float, ranks: list[int] | None = None) -> dict[int, str]:
+    nodes, problems = _started_nodes(group, list(range(group.world_size)) if ranks is None else ranks, timeout_s)
     if problems:
-        raise ActorStartError(f"group {group.name}: actors did not start: {'; '.join(sorted(problems))}")
+        lines = "; ".join(f"rank {rank}: {problem}" for rank, problem in sorted(problems.items()))
+        raise ActorStartError(f"group {group.name}: actors did not start: {lines}")
     return nodes
 
 

@@ -49,4 +49,6 @@ def get_logger(name: str) -> Any:
     """Return a structlog logger bound to ``component=name``, configuring defaults on first use."""
     if not _configured:
         configure_logging()
-    return structlog.get_logger().bind(component=name)
+    # A lazy proxy: it follows a later configure_logging() (e.g. the CLI's --log-json), unlike a
+    # logger bound at import time.
+    return structlog.get_logger(component=name)

@@ -308,6 +308,38 @@ class ResourcePool:
         except KeyError:
             raise PlacementError(f"pool {self.name_prefix!r} has no ready bundle ({pg_index}, {bundle_index})") from None
 
+    def rank_order_names(self) -> list[str]:
+        """Names of the placement groups in rank order (what a state record keeps to re-adopt them)."""
+        from ray.util import placement_group_table
+
+        return [str(placement_group_table(pg)["name"]) for pg in self.pgs or []]
+
+    def restore_rank_order(self, names: list[str], original_nodes: dict[str, list[str]]) -> None:
+        """Re-apply an earlier incarnation's rank order and bundle → node record after adoption.
+
+        Ordering by node IP would reshuffle ranks if a bundle has moved since, and the nodes seen now
+        are not the ones drift is measured against.
+
+        Args:
+            names: placement-group names in the earlier rank order.
+            original_nodes: ``{name: [node of bundle 0, node of bundle 1, ...]}`` recorded at creation;
+                placement groups this pool created just now keep their current nodes.
+
+        Raises:
+            PlacementError: ``names`` are not this pool's placement groups.
+        """
+        by_name = dict(zip(self.rank_order_names(), self.pgs or [], strict=True))
+        if sorted(by_name) != sorted(names):
+            raise PlacementError(f"pool {self.name_prefix!r} has placement groups {sorted(by_name)}, not {sorted(names)}")
+        self.pgs = [by_name[name] for name in names]
+        fresh = {id(pg) for pg in self._created}
+        self._record_original_nodes()
+        for pg_index, (name, pg) in enumerate(zip(names, self.pgs, strict=True)):
+            if id(pg) in fresh:
+                continue
+            for bundle_index, node in enumerate(original_nodes.get(name, [])):
+                self._original_nodes[(pg_index, bundle_index)] = node
+
     def release_created(self) -> None:
         """Undo the last :meth:`get_placement_groups`: remove the placement groups it created, forget the
         ones it adopted (they belong to whoever made them). For cleanup after a failed start."""

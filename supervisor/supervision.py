@@ -153,6 +153,8 @@ class GroupSupervisor:
         config: restart strategy, budget, probes, init method...
         hooks: lifecycle hooks (default: metrics and structured logs).
         clock: monotonic clock (injectable).
+        restart_history, rank_restarts: restarts an earlier supervisor of this group made (times on
+            ``clock``) and each rank's restart count, so a re-adopting daemon keeps the budget and counts.
 
     Use :meth:`start` to supervise in a background thread (owned by this object and stopped by
     :meth:`stop`); from then on the group's blocking calls go through :mod:`supervisor.supervised_call`.
@@ -165,6 +167,8 @@ class GroupSupervisor:
         config: SupervisionConfig | None = None,
         hooks: LifecycleHooks | None = None,
         clock: Callable[[], float] = time.monotonic,
+        restart_history: list[RestartRecord] | None = None,
+        rank_restarts: dict[int, int] | None = None,
     ) -> None:
         self.group = group
         self.config = config or SupervisionConfig()
@@ -173,7 +177,7 @@ class GroupSupervisor:
         self._cond = threading.Condition()
         self._state = GroupState.RUNNING
         self._failure: GroupFailedError | None = None
-        self._history: list[RestartRecord] = []
+        self._history: list[RestartRecord] = list(restart_history or [])
         self._reported: list[_Pending] = []
         self._sentinels: dict[Any, tuple[int, int]] = {}
         self._probes: dict[Any, tuple[int, int, float]] = {}
@@ -182,7 +186,8 @@ class GroupSupervisor:
         self._stop = threading.Event()
         original = self._original_nodes()
         self._ranks = [
-            RankStatus(rank=r, node_id=group.rank_nodes.get(r), original_node=original.get(r)) for r in range(group.world_size)
+            RankStatus(rank=r, node_id=group.rank_nodes.get(r), original_node=original.get(r), restarts=(rank_restarts or {}).get(r, 0))
+            for r in range(group.world_size)
         ]
 
     # -- public surface -------------------------------------------------------------------------
@@ -215,6 +220,7 @@ class GroupSupervisor:
         self.group.supervisor = self
         self._arm_all()
         self._publish_worker_states()
+        self.hooks.on_drift_state(self.group.name, sum(1 for p in self.drift() if p.drifted))  # an adopted group may start drifted
         self._thread = threading.Thread(target=self._run, name=f"supervisor-{self.group.name}", daemon=True)
         self._thread.start()
         return self

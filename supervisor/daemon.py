@@ -1,0 +1,563 @@
+"""The supervisor daemon: one long-lived process that owns a spec's detached pools and groups.
+
+Life of a daemon (:meth:`Daemon.run`)::
+
+    connect ──> claim the record ──> STARTING: pools, groups (create or re-adopt), init ──> RUNNING
+                                                                                             │
+      SIGTERM / SIGINT / `supervisor stop` / driver returned or raised / a group FAILED ─────┘
+                                                                                             v
+                    exit code <── remove everything owned, delete the record <── STOPPING
+
+* Claim: a record with a live heartbeat means another daemon of that name runs: refuse. A record
+  whose daemon is gone is taken over, and its pools and workers are re-adopted (same placement groups,
+  healthy actors untouched); anything it owned that the spec no longer describes is removed.
+* While it runs, a heartbeat thread rewrites the state record every ``heartbeat_interval_s`` (what
+  ``supervisor status`` reads) and watches for ``supervisor stop``; the GroupSupervisors detect,
+  replace and report; the driver (if any) runs in its own thread.
+* Every way out except SIGKILL goes through teardown, which ends with a sweep of everything the
+  supervisor owns by name, so nothing is left behind even after a half-finished start.
+"""
+
+from __future__ import annotations
+
+import _thread
+import enum
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from . import metrics
+from .actor_class import ClassWithInitArgs
+from .cluster import connect
+from .driver import DriverContext, DriverRun
+from .errors import SupervisorError, first_line
+from .group import WorkerGroup
+from .hooks import ObservingHooks
+from .init_policy import RankAttempt
+from .layout import actor_name
+from .lifecycle import adopt_group, create_group, init_group
+from .log import get_logger
+from .ownership import Owned, find_owned, remove_owned
+from .pool import ResourcePool
+from .record import DaemonState, FailureEvent, GroupRecord, Liveness, PoolRecord, RankRecord, RecordStore, SupervisorRecord, liveness
+from .restart_policy import FailureReason, RestartRecord
+from .spec import GroupSpec, SupervisorSpec, import_object
+from .supervision import GroupState, GroupSupervisor
+
+__all__ = ["Daemon", "ExitCode", "StopReason", "AlreadyRunningError"]
+
+log = get_logger("daemon")
+
+RECENT_FAILURES = 20  # failure events kept in the record for `supervisor status`
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILED = 1  # a group FAILED, the driver raised, or start-up failed
+    SPEC_INVALID = 2
+
+
+class StopReason(enum.Enum):
+    """Why the daemon tears down; decides the exit code."""
+
+    SIGTERM = "SIGTERM"
+    SIGINT = "SIGINT"
+    STOP_COMMAND = "supervisor stop"
+    DRIVER_RETURNED = "driver returned"
+    DRIVER_RAISED = "driver raised"
+    GROUP_FAILED = "group failed"
+    START_FAILED = "start failed"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        failed = (StopReason.DRIVER_RAISED, StopReason.GROUP_FAILED, StopReason.START_FAILED)
+        return ExitCode.FAILED if self in failed else ExitCode.OK
+
+
+class AlreadyRunningError(SupervisorError):
+    """Another daemon with this name is alive (its heartbeat is fresh)."""
+
+
+class _StopDuringStart(BaseException):
+    """Unwinds start-up when a stop arrives (BaseException: transactional starts release on it)."""
+
+
+class _Phase(enum.Enum):
+    CONNECTING = "connecting"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+
+
+class DaemonHooks(ObservingHooks):
+    """Metrics and logs, plus the recent failures the state record shows."""
+
+    def __init__(self) -> None:
+        self.failures: deque[FailureEvent] = deque(maxlen=RECENT_FAILURES)
+
+    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+        super().on_worker_failed(group, rank, reason, detail, detection_s)
+        self.failures.append(FailureEvent(time.time(), group, rank, reason, detail))
+
+    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+        super().on_init_attempt(group, attempt)
+        if not attempt.outcome.ok:
+            self.failures.append(FailureEvent(time.time(), group, attempt.rank, f"init_{attempt.outcome.value}", attempt.error or ""))
+
+
+@dataclass
+class _ManagedGroup:
+    name: str
+    spec: GroupSpec
+    group: WorkerGroup
+    supervisor: GroupSupervisor
+
+
+class Daemon:
+    """Runs one spec until it is stopped. ``run()`` returns the process exit code.
+
+    Args:
+        spec: the validated spec.
+        address: Ray address overriding the spec (``--address`` or ``RAY_ADDRESS``); none and no
+            ``ray.address`` in the spec: an embedded local Ray.
+        install_signal_handlers: handle SIGTERM/SIGINT (only possible in the main thread).
+        driver_stop_grace_s: how long a driver may take to return after a stop before teardown goes on.
+    """
+
+    def __init__(
+        self, spec: SupervisorSpec, address: str | None = None, install_signal_handlers: bool = True, driver_stop_grace_s: float = 10.0
+    ) -> None:
+        self.spec = spec
+        self.address = address or spec.ray.address
+        self.install_signal_handlers = install_signal_handlers
+        self.driver_stop_grace_s = driver_stop_grace_s
+        self.hooks = DaemonHooks()
+        self.owner = uuid.uuid4().hex
+        self._phase = _Phase.CONNECTING
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._stop_reason: StopReason | None = None
+        self._error: str | None = None
+        self._embedded: Any = None
+        self._store: RecordStore | None = None
+        self._record: SupervisorRecord | None = None
+        self._previous: SupervisorRecord | None = None
+        self._pools: dict[str, ResourcePool] = {}
+        self._groups: list[_ManagedGroup] = []
+        self._driver: DriverRun | None = None
+        self._metrics_server: Any = None
+        self._heartbeat: threading.Thread | None = None
+        self._heartbeat_stop = threading.Event()
+
+    # -- the whole life -------------------------------------------------------------------------
+    def run(self) -> ExitCode:
+        """Connect, claim, start, supervise until stopped, tear down. Returns the exit code."""
+        try:
+            self._connect()
+            if self.install_signal_handlers:
+                # After connecting: Ray's core worker installs its own SIGTERM handler, which ends the
+                # process at once; ours must replace it so a SIGTERM means "tear down".
+                signal.signal(signal.SIGTERM, self._on_signal)
+                signal.signal(signal.SIGINT, self._on_signal)
+            self._claim()
+        except (SupervisorError, _StopDuringStart) as exc:
+            log.error("daemon_not_started", supervisor=self.spec.name, error=str(exc) or type(exc).__name__)
+            self._disconnect()
+            return ExitCode.FAILED
+        self._start_heartbeat()
+        try:
+            self._phase = _Phase.STARTING
+            self._start()
+            self._phase = _Phase.RUNNING
+            self._write_record()
+            log.info("supervisor_running", supervisor=self.spec.name, groups=[m.name for m in self._groups], metrics=self._metrics_address())
+            reason = self._wait_for_stop()
+        except _StopDuringStart:
+            reason = self._stop_reason or StopReason.SIGTERM
+        except Exception as exc:
+            self._error = first_line(exc, limit=None)
+            log.error("start_failed", supervisor=self.spec.name, error=self._error)
+            reason = StopReason.START_FAILED
+        return self._teardown(reason)
+
+    def request_stop(self, reason: StopReason) -> None:
+        """Ask the daemon to tear down (thread-safe; the first reason is the one reported)."""
+        with self._lock:
+            if self._stop_reason is None:
+                self._stop_reason = reason
+        self._stop_event.set()
+        if self._phase is _Phase.STARTING and threading.current_thread() is not threading.main_thread():
+            # Start-up blocks the main thread (resource waits can take minutes): interrupt it there.
+            _thread.interrupt_main(signal.SIGTERM)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        reason = StopReason.SIGINT if signum == signal.SIGINT else StopReason.SIGTERM
+        log.info("stop_signal", signal=signal.Signals(signum).name, phase=self._phase.value)
+        with self._lock:
+            if self._stop_reason is None:
+                self._stop_reason = reason
+        self._stop_event.set()
+        if self._phase in (_Phase.CONNECTING, _Phase.STARTING):
+            raise _StopDuringStart()
+
+    # -- connect and claim ----------------------------------------------------------------------
+    def _connect(self) -> None:
+        import ray
+
+        paths = self.spec.python_path()
+        init_kwargs: dict[str, Any] = {"namespace": self.spec.namespace, "log_to_driver": False, "logging_level": "WARNING"}
+        if self.address:
+            pythonpath = os.pathsep.join([*paths, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+            # Actors (detached ones too) inherit the job's env_vars: they import user modules from here.
+            connect(self.address, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_kwargs)
+        else:
+            from .embedded_ray import EmbeddedRay
+
+            self._embedded = EmbeddedRay(self.spec.ray, paths)
+            self.address = self._embedded.start(**init_kwargs)
+        metrics.BUILD_INFO.labels(version=_version(), ray_version=ray.__version__).set(1)
+        self._store = RecordStore()
+
+    def _claim(self) -> None:
+        assert self._store is not None
+        previous = self._store.get(self.spec.name)
+        now = time.time()
+        if previous is not None and liveness(previous, now) is not Liveness.ORPHANED and _may_be_alive(previous):
+            raise AlreadyRunningError(
+                f"supervisor {self.spec.name} is already running (pid {previous.pid} on {previous.host}, heartbeat "
+                f"{previous.heartbeat_age(now):.1f}s ago): stop it with `supervisor stop {self.spec.name}`"
+            )
+        self._previous = previous
+        self._record = SupervisorRecord(
+            name=self.spec.name,
+            namespace=self.spec.namespace,
+            owner=self.owner,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=now,
+            heartbeat_at=now,
+            heartbeat_interval_s=self.spec.supervisor.heartbeat_interval_s,
+            orphan_grace_s=self.spec.supervisor.orphan_grace_s,
+            ray_address=self.address,
+            driver_progress=dict(previous.driver_progress) if previous else {},
+            failures=list(previous.failures) if previous else [],
+        )
+        self.hooks.failures.extend(self._record.failures)
+        self._write_record()
+        if previous is not None:
+            log.info("supervisor_record_taken_over", supervisor=self.spec.name, previous_pid=previous.pid, previous_host=previous.host)
+
+    # -- start ----------------------------------------------------------------------------------
+    def _start(self) -> None:
+        self._remove_unexpected()
+        self._start_metrics()
+        for name in self.spec.groups_in_start_order():
+            self._start_group(name, self.spec.groups[name])
+        if self.spec.driver is not None:
+            self._start_driver()
+
+    def _expected(self) -> tuple[set[str], set[str]]:
+        """Placement-group names and actor names the spec describes."""
+        pg_names: set[str] = set()
+        actors: set[str] = set()
+        for name, group in self.spec.groups.items():
+            pool = self._pool(group.pool, create=False)
+            pg_names.update(pool.placement_group_names())
+            cls = ClassWithInitArgs(self._import(group.worker_class)).user_cls
+            actors.update(actor_name(self.spec.group_prefix(name), cls.__name__, slot) for slot in pool.rank_slots())
+        for pool_name in self.spec.pools:
+            pg_names.update(self._pool(pool_name, create=False).placement_group_names())
+        return pg_names, actors
+
+    def _remove_unexpected(self) -> None:
+        # Reconcile with what an earlier incarnation left: keep what the spec still describes.
+        pg_names, actors = self._expected()
+        owned = find_owned(self.spec.name)
+        stale = Owned(
+            {n: i for n, i in owned.placement_groups.items() if n not in pg_names}, [a for a in owned.actors if a not in actors]
+        )
+        if stale:
+            log.info("removing_stale_resources", supervisor=self.spec.name, placement_groups=sorted(stale.placement_groups), actors=stale.actors)
+            remove_owned(self.spec.name, stale)
+
+    def _pool(self, name: str, create: bool = True) -> ResourcePool:
+        if name in self._pools:
+            return self._pools[name]
+        p = self.spec.pools[name]
+        pool = ResourcePool(
+            p.process_on_nodes,
+            use_gpu=p.use_gpu,
+            max_colocate_count=p.max_colocate_count,
+            name_prefix=self.spec.pool_prefix(name),
+            detached=True,
+            strategy=p.strategy,
+        )
+        if not create:
+            return pool
+        self._pools[name] = pool  # owned from here on: teardown removes it whatever happens next
+        with self._lock:
+            assert self._record is not None
+            self._record.pools[name] = PoolRecord(name, pool.name_prefix, pool.placement_group_names(), {}, list(p.process_on_nodes))
+        pool.get_placement_groups(
+            timeout_s=p.resource_timeout_s, progress_interval_s=p.progress_interval_s, autoscaling=p.autoscaling, hooks=self.hooks
+        )
+        earlier = self._previous.pools.get(name) if self._previous else None
+        if earlier is not None and sorted(earlier.placement_groups) == sorted(pool.rank_order_names()):
+            pool.restore_rank_order(earlier.placement_groups, earlier.bundle_nodes)
+        names = pool.rank_order_names()
+        nodes = pool.original_bundle_nodes()
+        with self._lock:
+            self._record.pools[name] = PoolRecord(
+                name,
+                pool.name_prefix,
+                names,
+                {n: [nodes[(i, b)] for b in range(count)] for i, (n, count) in enumerate(zip(names, _pg_sizes(pool), strict=True))},
+                list(p.process_on_nodes),
+            )
+        return pool
+
+    def _start_group(self, name: str, spec: GroupSpec) -> None:
+        pool = self._pool(spec.pool)
+        cls_with_init = ClassWithInitArgs(self._import(spec.worker_class), *spec.args, **spec.kwargs)
+        prefix = self.spec.group_prefix(name)
+        earlier = self._previous.groups.get(name) if self._previous else None
+        slots = pool.rank_slots()
+        names = [actor_name(prefix, cls_with_init.user_cls.__name__, slot) for slot in slots]
+        record = GroupRecord(
+            name, spec.pool, spec.worker_class, names, restart_window_s=spec.restart_window_s, max_restarts=spec.max_restarts
+        )
+        self._set_group_record(record)
+        adopting = earlier is not None and earlier.actor_names == names and earlier.worker_class == spec.worker_class
+        if adopting:
+            assert earlier is not None
+            group, new_ranks = adopt_group(
+                pool, cls_with_init, prefix, self.spec.namespace, earlier.master_addr, earlier.master_port, spec.env,
+                spec.actor_start_timeout_s, self.hooks,
+            )  # fmt: skip
+            to_init = list(range(group.world_size)) if (0 in new_ranks or not earlier.initialized) else new_ranks
+        else:
+            group = create_group(
+                pool, cls_with_init, name_prefix=prefix, detached=True, worker_env=spec.env, namespace=self.spec.namespace,
+                actor_start_timeout_s=spec.actor_start_timeout_s, hooks=self.hooks,
+            )  # fmt: skip
+            to_init = list(range(group.world_size))
+        record.master_addr, record.master_port = group.master_address, int(group.master_port or 0) or None
+        record.state = "initializing"
+        self._set_group_record(record)
+        if spec.init_method and to_init:
+            init_group(group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), self.hooks, ranks=to_init)
+        record.initialized = True
+        history, counts = _restored_restarts(earlier) if adopting and earlier else ([], {})
+        supervisor = GroupSupervisor(group, spec.supervision_config(), self.hooks, restart_history=history, rank_restarts=counts)
+        with self._lock:
+            self._groups.append(_ManagedGroup(name, spec, group, supervisor))
+        supervisor.start()
+        log.info("group_ready", group=name, world_size=group.world_size, adopted=adopting, initialized=sorted(to_init) if spec.init_method else [])
+
+    def _import(self, path: str) -> Any:
+        return import_object(path, self.spec.python_path())
+
+    def _set_group_record(self, record: GroupRecord) -> None:
+        with self._lock:
+            assert self._record is not None
+            self._record.groups[record.name] = record
+
+    def _start_driver(self) -> None:
+        assert self.spec.driver is not None and self._record is not None
+        function = self._import(self.spec.driver.function)
+        context = DriverContext(
+            name=self.spec.name,
+            groups={m.name: m.group for m in self._groups},
+            pools=dict(self._pools),
+            args=dict(self.spec.driver.args),
+            progress=dict(self._record.driver_progress),
+            resumed=self._previous is not None,
+            stop_requested=self._stop_event,
+            _save=self._save_progress,
+        )
+        self._driver = DriverRun(function, context).start()
+        log.info("driver_started", function=self.spec.driver.function, resumed=context.resumed, progress=context.progress)
+
+    def _save_progress(self, progress: dict[str, Any]) -> None:
+        with self._lock:
+            assert self._record is not None
+            self._record.driver_progress = dict(progress)
+        self._write_record()
+
+    def _start_metrics(self) -> None:
+        if not self.spec.metrics.enabled:
+            return
+        from prometheus_client import start_http_server
+
+        server, _thread_ = start_http_server(self.spec.metrics.port, addr=self.spec.metrics.host, registry=metrics.REGISTRY)
+        self._metrics_server = server
+        with self._lock:
+            assert self._record is not None
+            self._record.metrics_address = self._metrics_address()
+        log.info("metrics_serving", address=self._metrics_address())
+
+    def _metrics_address(self) -> str | None:
+        if self._metrics_server is None:
+            return None
+        return f"{self.spec.metrics.host}:{self._metrics_server.server_port}"
+
+    # -- running --------------------------------------------------------------------------------
+    def _wait_for_stop(self) -> StopReason:
+        while True:
+            if self._stop_event.wait(0.2):
+                return self._stop_reason or StopReason.SIGTERM
+            if self._driver is not None and self._driver.done.is_set():
+                if self._driver.error is not None:
+                    self._error = first_line(self._driver.error, limit=None)
+                    log.error("driver_raised", error=self._error, exc_info=self._driver.error)
+                    return StopReason.DRIVER_RAISED
+                log.info("driver_returned")
+                return StopReason.DRIVER_RETURNED
+            failed = [m for m in self._groups if m.supervisor.state is GroupState.FAILED]
+            if failed:
+                self._error = "; ".join(str(m.supervisor.failure) for m in failed)
+                return StopReason.GROUP_FAILED
+
+    def _start_heartbeat(self) -> None:
+        self._heartbeat = threading.Thread(target=self._beat, name="supervisor-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def _beat(self) -> None:
+        assert self._store is not None
+        interval = self.spec.supervisor.heartbeat_interval_s
+        while not self._heartbeat_stop.wait(interval):
+            try:
+                self._write_record()
+                if self._stop_reason is None and self._store.stop_requested(self.spec.name, self.owner):
+                    log.info("stop_requested", by="supervisor stop")
+                    self.request_stop(StopReason.STOP_COMMAND)
+            except Exception as exc:  # a GCS hiccup must not end the heartbeat; the next beat retries
+                log.warning("heartbeat_failed", error=first_line(exc))
+
+    def _write_record(self) -> None:
+        if self._store is None or self._record is None:
+            return
+        with self._lock:
+            self._record.heartbeat_at = time.time()
+            self._record.state = {_Phase.RUNNING: DaemonState.RUNNING, _Phase.STOPPING: DaemonState.STOPPING}.get(
+                self._phase, DaemonState.STARTING
+            ).value
+            self._record.failures = list(self.hooks.failures)
+            for m in self._groups:
+                self._record.groups[m.name] = _group_record(m, self._record.groups.get(m.name))
+            data = self._record.to_json()
+        self._store.put(SupervisorRecord.from_json(data))
+
+    # -- teardown -------------------------------------------------------------------------------
+    def _teardown(self, reason: StopReason) -> ExitCode:
+        with self._lock:
+            self._stop_reason = self._stop_reason or reason
+        self._phase = _Phase.STOPPING
+        self._stop_event.set()
+        log.info("teardown_started", supervisor=self.spec.name, reason=reason.value, error=self._error)
+        try:
+            self._write_record()
+        except Exception:
+            pass
+        if self._driver is not None and not self._driver.done.is_set():
+            if not self._driver.join(self.driver_stop_grace_s):
+                log.warning("driver_still_running", waited_s=self.driver_stop_grace_s)
+        for m in reversed(self._groups):  # stop in reverse start order
+            m.supervisor.stop()
+        for m in reversed(self._groups):
+            self._shutdown_workers(m)
+            m.group.kill()
+        for pool in reversed(list(self._pools.values())):
+            pool.teardown()
+        self._heartbeat_stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(self.spec.supervisor.heartbeat_interval_s + 5)
+        try:
+            leftovers = find_owned(self.spec.name)  # whatever a half-finished start or an earlier run left
+            remove_owned(self.spec.name, leftovers)
+            assert self._store is not None
+            current = self._store.get(self.spec.name)
+            if current is None or current.owner == self.owner:
+                self._store.delete(self.spec.name)
+        except Exception as exc:
+            log.error("teardown_incomplete", error=first_line(exc))
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        self._disconnect()
+        code = reason.exit_code
+        log.info("supervisor_stopped", supervisor=self.spec.name, reason=reason.value, exit_code=int(code), error=self._error)
+        return code
+
+    def _shutdown_workers(self, m: _ManagedGroup) -> None:
+        # Graceful stop, OTP-style: ask (bounded by shutdown_timeout_s), then kill.
+        import ray
+
+        if not m.spec.shutdown_method or not m.group.workers:
+            return
+        try:
+            refs = m.group.execute_all_async(m.spec.shutdown_method)
+            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=m.spec.shutdown_timeout_s)
+            if pending:
+                log.warning("shutdown_method_timed_out", group=m.name, ranks_pending=len(pending), timeout_s=m.spec.shutdown_timeout_s)
+        except Exception as exc:
+            log.warning("shutdown_method_failed", group=m.name, error=first_line(exc))
+
+    def _disconnect(self) -> None:
+        import ray
+
+        if self._embedded is not None:
+            self._embedded.stop()
+        elif ray.is_initialized():
+            ray.shutdown()
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _pg_sizes(pool: ResourcePool) -> list[int]:
+    return [len(pg.bundle_specs) for pg in pool.pgs or []]
+
+
+def _may_be_alive(record: SupervisorRecord) -> bool:
+    """False when the record's daemon ran on this host and its pid is gone (a crash: take over at once)."""
+    if record.host != socket.gethostname():
+        return True
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return record.pid != os.getpid()
+
+
+def _restored_restarts(earlier: GroupRecord) -> tuple[list[RestartRecord], dict[int, int]]:
+    """An earlier incarnation's restarts, moved onto this process's monotonic clock."""
+    wall, mono = time.time(), time.monotonic()
+    history = [RestartRecord(int(rank), FailureReason(reason), mono - (wall - float(t))) for rank, reason, t in earlier.restarts]
+    return history, {r.rank: r.restarts for r in earlier.ranks}
+
+
+def _group_record(m: _ManagedGroup, base: GroupRecord | None) -> GroupRecord:
+    """The record of a supervised group, from its supervisor's live view."""
+    wall, mono = time.time(), time.monotonic()
+    sup = m.supervisor
+    window = sup.config.restart.restart_window_s
+    record = base or GroupRecord(m.name, m.spec.pool, m.spec.worker_class, list(m.group.worker_names))
+    record.state = sup.state.value
+    record.initialized = True
+    record.master_addr = m.group.master_address
+    record.master_port = int(m.group.master_port) if m.group.master_port else None
+    record.ranks = [RankRecord(r.rank, r.state.value, r.node_id, r.original_node, r.restarts, r.last_failure) for r in sup.ranks()]
+    record.restarts = [[h.rank, h.reason.value, wall - (mono - h.time)] for h in sup.restart_history() if mono - h.time <= window]
+    record.failure = str(sup.failure) if sup.failure else None
+    return record

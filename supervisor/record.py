@@ -1,0 +1,196 @@
+"""The supervisor's state record: what a daemon owns, kept in the cluster so others can read it.
+
+A running daemon rewrites its record every heartbeat. The record is the one source of every fact
+``supervisor status`` shows about a supervisor (its pools, groups, ranks, restarts, drift, recent
+failures), and what lets a daemon started again after a crash re-adopt its pools and workers instead
+of creating new ones. It is deleted on a clean exit; a record whose heartbeat has gone stale belongs to
+a daemon that is gone, and its pools are orphans (``supervisor gc`` removes them).
+
+Records live in Ray's GCS key-value store (namespace ``ray_supervisor``), so they need no actor of
+their own and survive any process but the cluster's head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "DaemonState",
+    "Liveness",
+    "RankRecord",
+    "GroupRecord",
+    "PoolRecord",
+    "FailureEvent",
+    "SupervisorRecord",
+    "RecordStore",
+    "liveness",
+]
+
+KV_NAMESPACE = "ray_supervisor"
+_RECORD_PREFIX = "record:"
+_STOP_PREFIX = "stop:"
+
+
+class DaemonState(enum.Enum):
+    """What the daemon is doing: STARTING (creating or adopting) → RUNNING → STOPPING (tearing down)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+
+
+class Liveness(enum.Enum):
+    """How a record's heartbeat looks to a reader.
+
+    ALIVE: fresh. STALE: missed a few beats, not yet past the grace period (a daemon busy, or just
+    killed). ORPHANED: older than the grace period; the daemon is gone and its pools may be collected.
+    """
+
+    ALIVE = "alive"
+    STALE = "stale"
+    ORPHANED = "orphaned"
+
+
+@dataclass
+class RankRecord:
+    rank: int
+    state: str  # WorkerState value
+    node_id: str | None = None
+    original_node: str | None = None
+    restarts: int = 0
+    last_failure: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return self.node_id is not None and self.original_node is not None and self.node_id != self.original_node
+
+
+@dataclass
+class GroupRecord:
+    name: str
+    pool: str
+    worker_class: str
+    actor_names: list[str]
+    state: str = "creating"  # "creating", "initializing", then a GroupState value
+    initialized: bool = False
+    master_addr: str | None = None
+    master_port: int | None = None
+    ranks: list[RankRecord] = field(default_factory=list)
+    restarts: list[list[Any]] = field(default_factory=list)  # [rank, reason, wall time] within the window
+    restart_window_s: float = 600.0
+    max_restarts: int = 10
+    failure: str | None = None
+
+    def restarts_in_window(self, now: float) -> int:
+        return sum(1 for _, _, t in self.restarts if now - t <= self.restart_window_s)
+
+    def count(self, state: str) -> int:
+        return sum(1 for r in self.ranks if r.state == state)
+
+
+@dataclass
+class PoolRecord:
+    name: str
+    prefix: str
+    placement_groups: list[str]  # names, in rank order
+    bundle_nodes: dict[str, list[str]] = field(default_factory=dict)  # name -> node of each bundle at creation
+    process_on_nodes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class FailureEvent:
+    time: float  # wall clock
+    group: str
+    rank: int
+    reason: str
+    detail: str
+
+
+@dataclass
+class SupervisorRecord:
+    name: str
+    namespace: str
+    owner: str  # this daemon incarnation's id; a new start claims the record with a new one
+    pid: int
+    host: str
+    started_at: float
+    heartbeat_at: float
+    heartbeat_interval_s: float
+    orphan_grace_s: float
+    state: str = DaemonState.STARTING.value
+    ray_address: str | None = None
+    metrics_address: str | None = None
+    pools: dict[str, PoolRecord] = field(default_factory=dict)
+    groups: dict[str, GroupRecord] = field(default_factory=dict)
+    failures: list[FailureEvent] = field(default_factory=list)
+    driver_progress: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> SupervisorRecord:
+        raw = json.loads(data)
+        raw["pools"] = {k: PoolRecord(**v) for k, v in raw.get("pools", {}).items()}
+        raw["groups"] = {
+            k: GroupRecord(**{**v, "ranks": [RankRecord(**r) for r in v.get("ranks", [])]}) for k, v in raw.get("groups", {}).items()
+        }
+        raw["failures"] = [FailureEvent(**f) for f in raw.get("failures", [])]
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    def heartbeat_age(self, now: float) -> float:
+        return max(0.0, now - self.heartbeat_at)
+
+
+def liveness(record: SupervisorRecord, now: float) -> Liveness:
+    """Judge a record by its heartbeat (pure)."""
+    age = record.heartbeat_age(now)
+    if age > record.orphan_grace_s:
+        return Liveness.ORPHANED
+    if age > 3 * record.heartbeat_interval_s:
+        return Liveness.STALE
+    return Liveness.ALIVE
+
+
+class RecordStore:
+    """Supervisor records and stop requests in the cluster's key-value store (needs a Ray connection)."""
+
+    def __init__(self) -> None:
+        from ray.experimental import internal_kv
+
+        if not internal_kv._internal_kv_initialized():
+            from .errors import ClusterUnavailableError
+
+            raise ClusterUnavailableError("Ray is not initialised: connect before reading supervisor records")
+        self._kv = internal_kv
+
+    def put(self, record: SupervisorRecord) -> None:
+        self._kv._internal_kv_put(_RECORD_PREFIX + record.name, record.to_json(), overwrite=True, namespace=KV_NAMESPACE)
+
+    def get(self, name: str) -> SupervisorRecord | None:
+        data = self._kv._internal_kv_get(_RECORD_PREFIX + name, namespace=KV_NAMESPACE)
+        return SupervisorRecord.from_json(data) if data else None
+
+    def delete(self, name: str) -> None:
+        self._kv._internal_kv_del(_RECORD_PREFIX + name, namespace=KV_NAMESPACE)
+        self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
+
+    def names(self) -> list[str]:
+        keys = self._kv._internal_kv_list(_RECORD_PREFIX, namespace=KV_NAMESPACE) or []
+        return sorted(k.decode().removeprefix(_RECORD_PREFIX) for k in keys)
+
+    def all(self) -> list[SupervisorRecord]:
+        return [r for name in self.names() if (r := self.get(name)) is not None]
+
+    def request_stop(self, name: str, owner: str) -> None:
+        """Ask the daemon incarnation ``owner`` to tear down (it checks every heartbeat)."""
+        self._kv._internal_kv_put(_STOP_PREFIX + name, owner.encode(), overwrite=True, namespace=KV_NAMESPACE)
+
+    def stop_requested(self, name: str, owner: str) -> bool:
+        data = self._kv._internal_kv_get(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
+        return data is not None and data.decode() == owner

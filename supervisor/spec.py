@@ -1,0 +1,508 @@
+"""The supervisor spec: one TOML file describing one supervisor, loaded once into typed objects.
+
+``load_spec(path)`` parses and validates the whole file and raises :class:`SpecError` listing *every*
+problem, one line each, naming the field (``groups.rollout.pool: pool 'refs' is not defined (pools:
+rollout)``). Nothing here touches Ray, so a bad spec never creates anything in a cluster.
+
+Layout (every field and its default is in the README)::
+
+    [supervisor]            name, heartbeat_interval_s, orphan_grace_s
+    [ray]                   address | local_nodes, num_cpus, num_gpus, resources; python_path
+    [pools.NAME]            process_on_nodes, use_gpu, max_colocate_count, strategy, resource_timeout_s, ...
+    [groups.NAME]           pool, class, args, kwargs, env, init_*, restart_*, probe_*, in_flight, shutdown_*
+    [metrics]               host, port
+    [driver]                function, args
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import importlib
+import math
+import os
+import re
+import sys
+import tomllib
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .init_policy import InitPolicy
+from .layout import bundle_resources, check_process_on_nodes, validate_name_prefix
+from .ownership import namespace_of, pool_prefix_of
+from .pool import PlacementStrategy
+from .restart_policy import RestartPolicy, RestartStrategy
+from .supervision import InFlightPolicy, SupervisionConfig
+
+__all__ = [
+    "SpecError",
+    "SupervisorSpec",
+    "SupervisorSection",
+    "RaySpec",
+    "PoolSpec",
+    "GroupSpec",
+    "MetricsSpec",
+    "DriverSpec",
+    "load_spec",
+    "parse_spec",
+    "import_object",
+]
+
+
+class SpecError(ConfigError):
+    """The spec is invalid. ``problems`` holds one line per problem, each naming its field."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+        self.source = source
+        self.problems = list(problems)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.source, self.problems))
+
+
+# -- the typed spec ----------------------------------------------------------------------------
+# A field's default is its documented default; ``None`` for a float means "no limit" (``inf`` in TOML).
+
+
+@dataclass(frozen=True)
+class SupervisorSection:
+    """``[supervisor]``: identity and liveness of the daemon."""
+
+    name: str = ""
+    heartbeat_interval_s: float = 1.0  # how often the daemon refreshes its state record
+    orphan_grace_s: float = 30.0  # heartbeat older than this: the daemon is gone, its pools are orphans
+
+
+@dataclass(frozen=True)
+class RaySpec:
+    """``[ray]``: the cluster, or the embedded local Ray started when ``address`` is absent."""
+
+    address: str | None = None
+    local_nodes: int = 1
+    num_cpus: int = 4  # per local node
+    num_gpus: int = 0  # per local node (declared; scheduled like real ones)
+    resources: dict[str, float] = field(default_factory=dict)  # extra custom resources per local node
+    python_path: list[str] = field(default_factory=list)  # dirs (relative to the spec) workers import from
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """``[pools.NAME]``: one detached resource pool."""
+
+    process_on_nodes: list[int] = field(default_factory=list)
+    use_gpu: bool = True
+    max_colocate_count: int = 1
+    strategy: PlacementStrategy = PlacementStrategy.STRICT_PACK
+    resource_timeout_s: float | None = 600.0
+    progress_interval_s: float = 10.0
+    autoscaling: bool = False
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """``[groups.NAME]``: one detached worker group in a pool, and how it is supervised."""
+
+    pool: str = ""
+    worker_class: str = ""  # "module:Class" (the TOML key is ``class``)
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    actor_start_timeout_s: float = 120.0
+    init_method: str | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    init_timeout_s: float = 300.0
+    init_attempts: int = 3
+    restart_strategy: RestartStrategy = RestartStrategy.ONE_FOR_ONE
+    max_restarts: int = 10
+    restart_window_s: float = 600.0
+    backoff_initial_s: float = 0.0
+    backoff_max_s: float = 30.0
+    probe_period_s: float = 5.0
+    probe_timeout_s: float = 10.0
+    call_timeout_s: float | None = None
+    in_flight: InFlightPolicy | None = None  # None: retry idempotent methods, raise otherwise
+    shutdown_method: str | None = None
+    shutdown_timeout_s: float = 10.0
+
+    def init_policy(self) -> InitPolicy:
+        return InitPolicy(timeout_s=self.init_timeout_s, attempts=self.init_attempts)
+
+    def restart_policy(self) -> RestartPolicy:
+        return RestartPolicy(
+            strategy=self.restart_strategy,
+            max_restarts=self.max_restarts,
+            restart_window_s=self.restart_window_s,
+            backoff_initial_s=self.backoff_initial_s,
+            backoff_max_s=self.backoff_max_s,
+        )
+
+    def supervision_config(self) -> SupervisionConfig:
+        return SupervisionConfig(
+            restart=self.restart_policy(),
+            init_method=self.init_method,
+            init_kwargs=dict(self.init_kwargs),
+            init_policy=self.init_policy(),
+            probe_period_s=self.probe_period_s,
+            probe_timeout_s=self.probe_timeout_s,
+            call_timeout_s=self.call_timeout_s,
+            in_flight=self.in_flight,
+        )
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    """``[metrics]``: where the Prometheus exporter listens (port 0: any free port; see the log)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9400
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """``[driver]``: a ``module:function`` the daemon runs once the groups are ready."""
+
+    function: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    supervisor: SupervisorSection
+    ray: RaySpec
+    pools: dict[str, PoolSpec]
+    groups: dict[str, GroupSpec]
+    metrics: MetricsSpec
+    driver: DriverSpec | None
+    base_dir: Path = Path(".")  # the spec file's directory (python_path is relative to it)
+
+    @property
+    def name(self) -> str:
+        return self.supervisor.name
+
+    @property
+    def namespace(self) -> str:
+        """The Ray namespace of this supervisor's actors (its own, so two supervisors never collide)."""
+        return namespace_of(self.name)
+
+    def pool_prefix(self, pool: str) -> str:
+        """Name prefix of a pool's placement groups (deterministic, so a restarted daemon finds them)."""
+        return pool_prefix_of(self.name, pool)
+
+    def group_prefix(self, group: str) -> str:
+        """Name prefix of a group's actors."""
+        return f"{group}_"
+
+    def python_path(self) -> list[str]:
+        """Absolute directories workers and the driver import user code from (cwd first, as ``python -m``)."""
+        dirs = [os.getcwd(), *(str((self.base_dir / p).resolve()) for p in self.ray.python_path)]
+        return list(dict.fromkeys(dirs))
+
+    def groups_in_start_order(self) -> list[str]:
+        """Groups in the order they are declared (started in this order, stopped in reverse)."""
+        return list(self.groups)
+
+
+# -- loading and validation --------------------------------------------------------------------
+
+_TOML_KEYS = {"worker_class": "class"}  # dataclass field -> TOML key, where Python reserves the word
+_SUPERVISOR_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
+
+
+def load_spec(path: str | os.PathLike[str], check_imports: bool = True) -> SupervisorSpec:
+    """Read and validate a spec file.
+
+    Args:
+        path: the TOML file.
+        check_imports: also import every worker class and the driver function (with the spec's
+            python_path on ``sys.path``), so a typo fails here rather than in the cluster.
+
+    Raises:
+        SpecError: one line per problem; nothing has been created anywhere.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SpecError(source, [f"cannot read the spec: {exc.strerror or exc}"]) from None
+    return parse_spec(text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports)
+
+
+def parse_spec(text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True) -> SupervisorSpec:
+    """Parse and validate spec text (see :func:`load_spec`)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, [f"not valid TOML: {exc}"]) from None
+    problems: list[str] = []
+    _unknown_keys(raw, _SECTIONS, "", problems)
+    supervisor = _build(SupervisorSection, _table(raw, "supervisor", problems), "supervisor", problems)
+    ray = _build(RaySpec, _table(raw, "ray", problems), "ray", problems)
+    pools = {n: _build(PoolSpec, t, f"pools.{n}", problems) for n, t in _named_tables(raw, "pools", problems).items()}
+    groups = {n: _build(GroupSpec, t, f"groups.{n}", problems) for n, t in _named_tables(raw, "groups", problems).items()}
+    metrics = _build(MetricsSpec, _table(raw, "metrics", problems), "metrics", problems)
+    driver = _build(DriverSpec, raw["driver"], "driver", problems) if isinstance(raw.get("driver"), dict) else None
+    if "driver" in raw and not isinstance(raw["driver"], dict):
+        problems.append("driver: expected a table")
+    spec = SupervisorSpec(supervisor, ray, pools, groups, metrics, driver, base_dir or Path("."))
+    problems += _check_semantics(spec, raw)
+    if check_imports and not problems:
+        problems += _check_imports(spec)
+    if problems:
+        raise SpecError(source, problems)
+    return spec
+
+
+def _table(raw: dict[str, Any], key: str, problems: list[str]) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        problems.append(f"{key}: expected a table, got {_describe(value)}")
+        return {}
+    return value
+
+
+def _named_tables(raw: dict[str, Any], key: str, problems: list[str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, value in _table(raw, key, problems).items():
+        if not isinstance(value, dict):
+            problems.append(f"{key}.{name}: expected a table, got {_describe(value)}")
+            continue
+        try:
+            validate_name_prefix(name)
+        except ConfigError:
+            problems.append(f"{key}.{name}: names may use only letters, digits, '_', '.', '-'")
+            continue
+        out[name] = value
+    return out
+
+
+def _unknown_keys(table: dict[str, Any], known: set[str], path: str, problems: list[str]) -> None:
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(known))})"
+            problems.append(f"{path}{key}: unknown key{hint}")
+
+
+def _build(cls: Any, table: dict[str, Any], path: str, problems: list[str]) -> Any:
+    """Build dataclass ``cls`` from a TOML table, type-checking each value against its annotation."""
+    hints = typing.get_type_hints(cls)
+    fields = {_TOML_KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}
+    _unknown_keys(table, set(fields), f"{path}.", problems)
+    values: dict[str, Any] = {}
+    for key, f in fields.items():
+        if key not in table:
+            continue
+        ok, value = _convert(table[key], hints[f.name])
+        if ok:
+            values[f.name] = value
+        else:
+            problems.append(f"{path}.{key}: expected {_type_name(hints[f.name])}, got {_describe(table[key])}")
+    return cls(**values)
+
+
+def _convert(value: Any, hint: Any) -> tuple[bool, Any]:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)][0]
+        if inner is float and isinstance(value, float) and math.isinf(value) and value > 0:
+            return True, None  # `inf` in TOML: no limit
+        return _convert(value, inner)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        if isinstance(value, str):
+            for member in hint:
+                if value.lower() in (member.value.lower(), member.name.lower()):
+                    return True, member
+        return False, None
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
+        return ok, float(value) if ok else None
+    if hint is str:
+        return isinstance(value, str), value
+    if origin is list:
+        if not isinstance(value, list):
+            return False, None
+        converted = [_convert(v, args[0]) for v in value]
+        return all(ok for ok, _ in converted), [v for _, v in converted]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False, None
+        converted = {k: _convert(v, args[1]) for k, v in value.items()}
+        return all(ok for ok, _ in converted.values()), {k: v for k, (_, v) in converted.items()}
+    if hint is Any:
+        return True, value
+    raise TypeError(f"spec field type {hint!r} is not supported")  # a bug in this module, not user input
+
+
+def _type_name(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)][0]
+        return f"{_type_name(inner)} (or inf)" if inner is float else _type_name(inner)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in hint)
+    if origin is list:
+        return f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a table" if args[1] is Any else f"a table of {_type_name(args[1]).removeprefix('a ').removeprefix('an ')}s"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def _describe(value: Any) -> str:
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "table"}.get(type(value), type(value).__name__)
+    shown = repr(value)
+    return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
+def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any]) -> list[str]:
+    """Cross-field rules, each delegated to the library's own validator where one exists."""
+    problems: list[str] = []
+
+    def check(path: str, rule: Callable[[], Any]) -> None:
+        try:
+            rule()
+        except (ConfigError, ValueError) as exc:
+            problems.append(f"{path}: {exc}")
+
+    def positive(path: str, value: float | None, allow_zero: bool = False) -> None:
+        if value is not None and (value < 0 or (value == 0 and not allow_zero)):
+            problems.append(f"{path}: must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
+
+    sup = spec.supervisor
+    if "name" not in raw.get("supervisor", {}):
+        problems.append("supervisor.name: required (it names the pools, actors and state record)")
+    elif not _SUPERVISOR_NAME.fullmatch(sup.name):
+        # No dot: "<name>." prefixes the supervisor's placement groups, and must not match another's.
+        problems.append(f"supervisor.name: {sup.name!r} must be non-empty and use only letters, digits, '_' and '-'")
+    positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
+    positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
+    if sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
+        problems.append(
+            f"supervisor.orphan_grace_s: must exceed twice heartbeat_interval_s ({sup.heartbeat_interval_s:g}s), got {sup.orphan_grace_s:g}"
+        )
+    ray_raw = raw.get("ray", {}) if isinstance(raw.get("ray"), dict) else {}
+    if spec.ray.address is not None:
+        local_keys = sorted(k for k in ("local_nodes", "num_cpus", "num_gpus", "resources") if k in ray_raw)
+        if local_keys:
+            problems.append(f"ray.{local_keys[0]}: only for an embedded local Ray; remove it or remove ray.address")
+    if spec.ray.local_nodes < 1:
+        problems.append(f"ray.local_nodes: must be >= 1, got {spec.ray.local_nodes}")
+    positive("ray.num_cpus", spec.ray.num_cpus)
+    positive("ray.num_gpus", spec.ray.num_gpus, allow_zero=True)
+    if not spec.pools:
+        problems.append("pools: at least one pool is required ([pools.NAME])")
+    for name, pool in spec.pools.items():
+        path = f"pools.{name}"
+        if "process_on_nodes" not in raw["pools"][name]:
+            problems.append(f"{path}.process_on_nodes: required (ranks per node, e.g. [4, 4])")
+        else:
+            check(f"{path}.process_on_nodes", lambda p=pool: check_process_on_nodes(p.process_on_nodes))
+        check(f"{path}.max_colocate_count", lambda p=pool: bundle_resources(p.max_colocate_count, p.use_gpu))
+        positive(f"{path}.resource_timeout_s", pool.resource_timeout_s)
+        positive(f"{path}.progress_interval_s", pool.progress_interval_s)
+    if not spec.groups:
+        problems.append("groups: at least one group is required ([groups.NAME])")
+    for name, group in spec.groups.items():
+        path = f"groups.{name}"
+        group_raw = raw["groups"][name]
+        if "pool" not in group_raw:
+            problems.append(f"{path}.pool: required (one of: {', '.join(spec.pools) or 'no pools defined'})")
+        elif isinstance(group.pool, str) and group.pool not in spec.pools:
+            problems.append(f"{path}.pool: pool {group.pool!r} is not defined (pools: {', '.join(spec.pools) or 'none'})")
+        if "class" not in group_raw:
+            problems.append(f"{path}.class: required ('module:Class' of the worker)")
+        elif isinstance(group.worker_class, str) and not _is_import_path(group.worker_class):
+            problems.append(f"{path}.class: expected 'module:Class', got {group.worker_class!r}")
+        for key in ("actor_start_timeout_s", "init_timeout_s", "restart_window_s", "probe_period_s", "probe_timeout_s", "call_timeout_s", "shutdown_timeout_s"):
+            positive(f"{path}.{key}", getattr(group, key))
+        positive(f"{path}.backoff_initial_s", group.backoff_initial_s, allow_zero=True)
+        positive(f"{path}.backoff_max_s", group.backoff_max_s, allow_zero=True)
+        if group.init_attempts < 1:
+            problems.append(f"{path}.init_attempts: must be >= 1, got {group.init_attempts}")
+        if group.max_restarts < 0:
+            problems.append(f"{path}.max_restarts: must be >= 0, got {group.max_restarts}")
+        if group.init_kwargs and not group.init_method:
+            problems.append(f"{path}.init_kwargs: given without init_method")
+        check(f"{path}.env", lambda g=group: _check_env(g.env))
+    if not 0 <= spec.metrics.port <= 65535:
+        problems.append(f"metrics.port: must be 0..65535, got {spec.metrics.port}")
+    if spec.driver is not None:
+        if "function" not in raw["driver"]:
+            problems.append("driver.function: required ('module:function' run once the groups are ready)")
+        elif not _is_import_path(spec.driver.function):
+            problems.append(f"driver.function: expected 'module:function', got {spec.driver.function!r}")
+    return problems
+
+
+def _check_env(env: dict[str, str]) -> None:
+    from .env import check_user_env
+
+    check_user_env(env)
+
+
+def _is_import_path(text: str) -> bool:
+    module, sep, attr = text.partition(":")
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and all(p.isidentifier() for p in attr.split("."))
+
+
+def import_object(path: str, extra_sys_path: list[str] | None = None) -> Any:
+    """Import ``module:attr`` (``attr`` may be dotted), with ``extra_sys_path`` searched first.
+
+    Raises:
+        ImportError: with a one-line reason.
+    """
+    for directory in reversed(extra_sys_path or []):
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # a module that raises on import is as unusable as a missing one
+        raise ImportError(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _check_imports(spec: SupervisorSpec) -> list[str]:
+    from .actor_class import unwrap_actor_class
+
+    problems = []
+    paths = spec.python_path()
+    for name, group in spec.groups.items():
+        try:
+            cls = unwrap_actor_class(import_object(group.worker_class, paths))
+        except ImportError as exc:
+            problems.append(f"groups.{name}.class: {exc}")
+            continue
+        if not isinstance(cls, type):
+            problems.append(f"groups.{name}.class: {group.worker_class!r} is not a class")
+            continue
+        for key in ("init_method", "shutdown_method"):
+            method = getattr(group, key)
+            if method and not callable(getattr(cls, method, None)):
+                problems.append(f"groups.{name}.{key}: {cls.__name__} has no method {method!r}")
+    if spec.driver is not None:
+        try:
+            fn = import_object(spec.driver.function, paths)
+        except ImportError as exc:
+            problems.append(f"driver.function: {exc}")
+        else:
+            if not callable(fn):
+                problems.append(f"driver.function: {spec.driver.function!r} is not callable")
+    return problems
