@@ -7,9 +7,12 @@ on stderr; exit codes: 0 fine, 1 failed (or something found), 2 invalid spec or 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
+from collections.abc import Iterator
 
 import click
 
@@ -79,6 +82,141 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
     from .daemon import Daemon
 
     sys.exit(int(Daemon(spec, address=address or os.environ.get("RAY_ADDRESS")).run()))
+
+
+@contextlib.contextmanager
+def _connected(address: str | None) -> Iterator[None]:
+    """Connect to the cluster for one command; any failure to reach it is one line and exit 1."""
+    import ray
+
+    from .cluster import connect, resolve_address
+    from .errors import ClusterUnavailableError
+
+    try:
+        connect(resolve_address(address), logging_level="ERROR")
+    except ClusterUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+_ADDRESS = click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, else the cluster last started on this machine).")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+@main.command()
+@click.argument("names", nargs=-1)
+@_ADDRESS
+@_JSON
+def status(names: tuple[str, ...], address: str | None, as_json: bool) -> None:
+    """Show supervisors (all, or NAMES), their pools, groups, drift, recent failures and pending demands,
+    laid out like `ray status`. Works while a daemon is down. Exit 1 when the cluster cannot be reached."""
+    from .status import collect_status, render_status, status_to_json
+
+    with _connected(address):
+        report = collect_status(time.time(), list(names) or None)
+    click.echo(json.dumps(status_to_json(report), indent=2, sort_keys=True) if as_json else render_status(report))
+
+
+@main.command(name="list")
+@_ADDRESS
+@_JSON
+def list_supervisors(address: str | None, as_json: bool) -> None:
+    """List every supervisor known to the cluster, with its liveness."""
+    from .record import RecordStore, liveness
+
+    now = time.time()
+    with _connected(address):
+        records = RecordStore().all()
+    rows = [
+        {
+            "name": r.name,
+            "liveness": liveness(r, now).value,
+            "state": r.state,
+            "pid": r.pid,
+            "host": r.host,
+            "heartbeat_age_s": round(r.heartbeat_age(now), 1),
+            "pools": sorted(r.pools),
+            "groups": sorted(r.groups),
+        }
+        for r in records
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("(no supervisors)")
+    for row in rows:
+        click.echo(
+            f"{row['name']}  {row['liveness']}  {row['state']}  pid {row['pid']} on {row['host']}  heartbeat {row['heartbeat_age_s']}s ago"
+            f"  pools: {', '.join(row['pools']) or '-'}  groups: {', '.join(row['groups']) or '-'}"
+        )
+
+
+@main.command()
+@click.argument("name")
+@_ADDRESS
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for the teardown.")
+def stop(name: str, address: str | None, timeout_s: float) -> None:
+    """Ask the running daemon NAME to tear down, and wait until it has."""
+    from .record import Liveness, RecordStore, liveness
+
+    with _connected(address):
+        store = RecordStore()
+        record = store.get(name)
+        if record is None:
+            raise click.ClickException(f"no supervisor named {name!r} on this cluster (see `supervisor list`)")
+        state = liveness(record, time.time())
+        if state is not Liveness.ALIVE:
+            raise click.ClickException(
+                f"supervisor {name} is not running (last heartbeat {record.heartbeat_age(time.time()):.0f}s ago); "
+                f"`supervisor gc` removes what it left once its heartbeat is {record.orphan_grace_s:g}s old"
+            )
+        store.request_stop(name, record.owner)
+        click.echo(f"asked supervisor {name} (pid {record.pid} on {record.host}) to stop; waiting...", err=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            current = store.get(name)
+            if current is None or current.owner != record.owner:
+                break
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"supervisor {name} did not finish its teardown within {timeout_s:g}s (state {current.state})")
+            time.sleep(0.2)
+    click.echo(f"supervisor {name} stopped")
+
+
+@main.command()
+@_ADDRESS
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@click.option("--grace", "grace_s", type=float, default=None, help="Heartbeat age that makes a supervisor orphaned (default: its own orphan_grace_s).")
+def gc(address: str | None, dry_run: bool, grace_s: float | None) -> None:
+    """Remove the pools and actors of supervisors whose daemon is gone (heartbeat older than the grace
+    period), and their records. Running supervisors are never touched."""
+    from .ownership import find_owned, remove_owned
+    from .record import Liveness, RecordStore, liveness
+
+    now = time.time()
+    found = 0
+    with _connected(address):
+        store = RecordStore()
+        for record in store.all():
+            age = record.heartbeat_age(now)
+            orphaned = liveness(record, now) is Liveness.ORPHANED if grace_s is None else age > grace_s
+            if not orphaned:
+                continue
+            found += 1
+            owned = find_owned(record.name)
+            what = f"{len(owned.placement_groups)} placement group(s), {len(owned.actors)} actor(s) and the record"
+            if dry_run:
+                click.echo(f"would remove supervisor {record.name} (heartbeat {age:.0f}s ago): {what}")
+                continue
+            remove_owned(record.name, owned)
+            store.delete(record.name)
+            click.echo(f"removed supervisor {record.name} (heartbeat {age:.0f}s ago): {what}")
+    if not found:
+        click.echo("nothing to collect: no orphaned supervisors")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
 from .errors import ClusterUnavailableError
 
-__all__ = ["probe_address", "connect"]
+__all__ = ["probe_address", "connect", "resolve_address"]
 
 
 def probe_address(address: str, timeout_s: float = 3.0) -> None:
@@ -38,9 +39,34 @@ def connect(address: str, **init_kwargs: Any) -> Any:
     import ray
 
     probe_address(address)
+    if address.rpartition(":")[0].strip("[]") in ("127.0.0.1", "localhost", "::1"):
+        # A cluster on loopback: keep this driver's own addresses there too (else Ray advertises the
+        # machine's external IP and the GCS may be dialled on it).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("log_to_driver", False)
     try:
         return ray.init(address=address, **init_kwargs)
     except (ConnectionError, RuntimeError) as exc:
         raise ClusterUnavailableError(f"cannot connect to Ray at {address}: {exc}") from None
+
+
+def resolve_address(address: str | None) -> str:
+    """The cluster a command talks to: ``address``, else ``$RAY_ADDRESS``, else the cluster last started
+    on this machine (Ray's ``ray_current_cluster`` file, which ``ray start`` and an embedded Ray write).
+
+    Raises:
+        ClusterUnavailableError: none of them names a cluster.
+    """
+    import os
+
+    if address:
+        return address
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    from ray._private.utils import read_ray_address
+
+    found = read_ray_address()
+    if not found:
+        raise ClusterUnavailableError("no Ray cluster to talk to: give --address or set RAY_ADDRESS (none was started on this machine)")
+    return found
