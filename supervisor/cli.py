@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -168,12 +169,8 @@ def stop(name: str, address: str | None, timeout_s: float) -> None:
         record = store.get(name)
         if record is None:
             raise click.ClickException(f"no supervisor named {name!r} on this cluster (see `supervisor list`)")
-        state = liveness(record, time.time())
-        if state is not Liveness.ALIVE:
-            raise click.ClickException(
-                f"supervisor {name} is not running (last heartbeat {record.heartbeat_age(time.time()):.0f}s ago); "
-                f"`supervisor gc` removes what it left once its heartbeat is {record.orphan_grace_s:g}s old"
-            )
+        if liveness(record, time.time()) is not Liveness.ALIVE:
+            raise click.ClickException(_not_running(record))
         store.request_stop(name, record.owner)
         click.echo(f"asked supervisor {name} (pid {record.pid} on {record.host}) to stop; waiting...", err=True)
         deadline = time.monotonic() + timeout_s
@@ -181,10 +178,20 @@ def stop(name: str, address: str | None, timeout_s: float) -> None:
             current = store.get(name)
             if current is None or current.owner != record.owner:
                 break
+            if liveness(current, time.time()) is not Liveness.ALIVE:  # it died before finishing
+                raise click.ClickException(_not_running(current))
             if time.monotonic() > deadline:
                 raise click.ClickException(f"supervisor {name} did not finish its teardown within {timeout_s:g}s (state {current.state})")
             time.sleep(0.2)
     click.echo(f"supervisor {name} stopped")
+
+
+def _not_running(record: Any) -> str:
+    age = record.heartbeat_age(time.time())
+    return (
+        f"supervisor {record.name} is not running (last heartbeat {age:.0f}s ago); "
+        f"`supervisor gc` removes what it left once its heartbeat is {record.orphan_grace_s:g}s old"
+    )
 
 
 @main.command()

@@ -45,7 +45,17 @@ from .lifecycle import adopt_group, create_group, init_group
 from .log import get_logger
 from .ownership import Owned, find_owned, remove_owned
 from .pool import ResourcePool
-from .record import DaemonState, FailureEvent, GroupRecord, Liveness, PoolRecord, RankRecord, RecordStore, SupervisorRecord, liveness
+from .record import (
+    DaemonState,
+    FailureEvent,
+    GroupRecord,
+    Liveness,
+    PoolRecord,
+    RankRecord,
+    RecordStore,
+    SupervisorRecord,
+    liveness,
+)
 from .restart_policy import FailureReason, RestartRecord
 from .spec import GroupSpec, SupervisorSpec, import_object
 from .supervision import GroupState, GroupSupervisor

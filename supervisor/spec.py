@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, first_line
 from .init_policy import InitPolicy
 from .layout import bundle_resources, check_process_on_nodes, validate_name_prefix
 from .ownership import namespace_of, pool_prefix_of
@@ -244,21 +244,37 @@ def parse_spec(text: str, source: str = "<spec>", base_dir: Path | None = None, 
         raise SpecError(source, [f"not valid TOML: {exc}"]) from None
     problems: list[str] = []
     _unknown_keys(raw, _SECTIONS, "", problems)
-    supervisor = _build(SupervisorSection, _table(raw, "supervisor", problems), "supervisor", problems)
-    ray = _build(RaySpec, _table(raw, "ray", problems), "ray", problems)
-    pools = {n: _build(PoolSpec, t, f"pools.{n}", problems) for n, t in _named_tables(raw, "pools", problems).items()}
-    groups = {n: _build(GroupSpec, t, f"groups.{n}", problems) for n, t in _named_tables(raw, "groups", problems).items()}
-    metrics = _build(MetricsSpec, _table(raw, "metrics", problems), "metrics", problems)
-    driver = _build(DriverSpec, raw["driver"], "driver", problems) if isinstance(raw.get("driver"), dict) else None
-    if "driver" in raw and not isinstance(raw["driver"], dict):
-        problems.append("driver: expected a table")
+    # From here on only tables are looked into: a section of the wrong type was reported above.
+    tables = {key: _table(raw, key, problems) for key in ("supervisor", "ray", "metrics")}
+    named = {key: _named_tables(raw, key, problems) for key in ("pools", "groups")}
+    supervisor = _build(SupervisorSection, tables["supervisor"], "supervisor", problems)
+    ray = _build(RaySpec, tables["ray"], "ray", problems)
+    pools = {n: _build(PoolSpec, t, f"pools.{_key(n)}", problems) for n, t in named["pools"].items()}
+    groups = {n: _build(GroupSpec, t, f"groups.{_key(n)}", problems) for n, t in named["groups"].items()}
+    metrics = _build(MetricsSpec, tables["metrics"], "metrics", problems)
+    driver_raw = _table(raw, "driver", problems) if "driver" in raw else None
+    driver = _build(DriverSpec, driver_raw, "driver", problems) if driver_raw is not None else None
     spec = SupervisorSpec(supervisor, ray, pools, groups, metrics, driver, base_dir or Path("."))
-    problems += _check_semantics(spec, raw)
+    # A field whose type is wrong kept its default; rules about its value would only add noise.
+    mistyped = {p.partition(": ")[0] for p in problems}
+    raw_tables = {**tables, **named, "driver": driver_raw}
+    problems += [
+        p for p in _check_semantics(spec, raw_tables, bool(named["pools"]) or "pools" not in raw) if not _under(p.partition(": ")[0], mistyped)
+    ]
     if check_imports and not problems:
         problems += _check_imports(spec)
     if problems:
         raise SpecError(source, problems)
     return spec
+
+
+def _under(path: str, roots: set[str]) -> bool:
+    return any(path == root or path.startswith(root + ".") for root in roots)
+
+
+def _key(key: str) -> str:
+    """A TOML key as it appears in a problem line (quoted when it is not a plain name, so it stays one line)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_.-]+", key) else repr(key)
 
 
 def _table(raw: dict[str, Any], key: str, problems: list[str]) -> dict[str, Any]:
@@ -273,12 +289,12 @@ def _named_tables(raw: dict[str, Any], key: str, problems: list[str]) -> dict[st
     out = {}
     for name, value in _table(raw, key, problems).items():
         if not isinstance(value, dict):
-            problems.append(f"{key}.{name}: expected a table, got {_describe(value)}")
+            problems.append(f"{key}.{_key(name)}: expected a table, got {_describe(value)}")
             continue
         try:
             validate_name_prefix(name)
         except ConfigError:
-            problems.append(f"{key}.{name}: names may use only letters, digits, '_', '.', '-'")
+            problems.append(f"{key}.{_key(name)}: names may use only letters, digits, '_', '.', '-'")
             continue
         out[name] = value
     return out
@@ -289,7 +305,7 @@ def _unknown_keys(table: dict[str, Any], known: set[str], path: str, problems: l
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(known))})"
-            problems.append(f"{path}{key}: unknown key{hint}")
+            problems.append(f"{path}{_key(key)}: unknown key{hint}")
 
 
 def _build(cls: Any, table: dict[str, Any], path: str, problems: list[str]) -> Any:
@@ -354,19 +370,21 @@ def _type_name(hint: Any) -> str:
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return "one of " + ", ".join(repr(m.value) for m in hint)
     if origin is list:
-        return f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s"
+        return "a list" if args[0] is Any else f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s"
     if origin is dict:
         return "a table" if args[1] is Any else f"a table of {_type_name(args[1]).removeprefix('a ').removeprefix('an ')}s"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
 
 
 def _describe(value: Any) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
     kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "table"}.get(type(value), type(value).__name__)
     shown = repr(value)
     return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
 
-def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any]) -> list[str]:
+def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) -> list[str]:
     """Cross-field rules, each delegated to the library's own validator where one exists."""
     problems: list[str] = []
 
@@ -381,18 +399,18 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any]) -> list[str]:
             problems.append(f"{path}: must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
 
     sup = spec.supervisor
-    if "name" not in raw.get("supervisor", {}):
+    if "name" not in raw["supervisor"]:
         problems.append("supervisor.name: required (it names the pools, actors and state record)")
     elif not _SUPERVISOR_NAME.fullmatch(sup.name):
         # No dot: "<name>." prefixes the supervisor's placement groups, and must not match another's.
-        problems.append(f"supervisor.name: {sup.name!r} must be non-empty and use only letters, digits, '_' and '-'")
+        problems.append(f"supervisor.name: {sup.name!r} must be 1 to 64 letters, digits, '_' or '-'")
     positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
     positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
-    if sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
+    if 0 < sup.heartbeat_interval_s and 0 < sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
         problems.append(
             f"supervisor.orphan_grace_s: must exceed twice heartbeat_interval_s ({sup.heartbeat_interval_s:g}s), got {sup.orphan_grace_s:g}"
         )
-    ray_raw = raw.get("ray", {}) if isinstance(raw.get("ray"), dict) else {}
+    ray_raw = raw["ray"]
     if spec.ray.address is not None:
         local_keys = sorted(k for k in ("local_nodes", "num_cpus", "num_gpus", "resources") if k in ray_raw)
         if local_keys:
@@ -401,7 +419,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any]) -> list[str]:
         problems.append(f"ray.local_nodes: must be >= 1, got {spec.ray.local_nodes}")
     positive("ray.num_cpus", spec.ray.num_cpus)
     positive("ray.num_gpus", spec.ray.num_gpus, allow_zero=True)
-    if not spec.pools:
+    if not spec.pools and pools_ok:
         problems.append("pools: at least one pool is required ([pools.NAME])")
     for name, pool in spec.pools.items():
         path = f"pools.{name}"
@@ -438,7 +456,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any]) -> list[str]:
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if not 0 <= spec.metrics.port <= 65535:
         problems.append(f"metrics.port: must be 0..65535, got {spec.metrics.port}")
-    if spec.driver is not None:
+    if spec.driver is not None and raw["driver"]:
         if "function" not in raw["driver"]:
             problems.append("driver.function: required ('module:function' run once the groups are ready)")
         elif not _is_import_path(spec.driver.function):
@@ -470,7 +488,7 @@ def import_object(path: str, extra_sys_path: list[str] | None = None) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # a module that raises on import is as unusable as a missing one
-        raise ImportError(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from None
+        raise ImportError(f"cannot import module {module_name!r}: {first_line(exc)}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -482,8 +500,11 @@ def import_object(path: str, extra_sys_path: list[str] | None = None) -> Any:
 def _check_imports(spec: SupervisorSpec) -> list[str]:
     from .actor_class import unwrap_actor_class
 
-    problems = []
-    paths = spec.python_path()
+    problems: list[str] = []
+    try:
+        paths = spec.python_path()
+    except (OSError, ValueError) as exc:
+        return [f"ray.python_path: {first_line(exc)}"]
     for name, group in spec.groups.items():
         try:
             cls = unwrap_actor_class(import_object(group.worker_class, paths))

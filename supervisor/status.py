@@ -246,7 +246,7 @@ def render_status(report: StatusReport) -> str:
             group_subsections.append((f"{s.name}/{g.name} (pool {g.pool}, world size {g.world_size}, {g.state})", items, "workers"))
         failures += [f"{_when(f.time)} {s.name}/{f.group} rank {f.rank}: {f.reason}: {f.detail}" for f in s.failures]
     demands = [
-        f"{_bundle_text(d.bundles)} ({d.strategy}): {d.count}+ pending placement group{'s' if d.count != 1 else ''}" for d in report.demands
+        f"{_bundle_text(d.bundles)} ({d.strategy}): {d.count}+ pending placement groups" for d in report.demands  # ray's wording
     ]
     stamp = datetime.datetime.fromtimestamp(now).isoformat(sep=" ", timespec="microseconds")
     lines = [f"======== Supervisor status: {stamp} ========"]

@@ -1,0 +1,31 @@
+"""Driver functions for daemon tests (``[driver] function = "daemon_drivers:..."``); light, no torch."""
+
+from __future__ import annotations
+
+from supervisor.driver import DriverContext
+
+
+def count_steps(ctx: DriverContext) -> None:
+    """``steps`` steps of one call on every rank of group ``group``, resuming from saved progress.
+
+    Args (``[driver.args]``): steps (5), interval_s (0.2), fail_at (-1: never), group ("counters").
+    """
+    steps = int(ctx.args.get("steps", 5))
+    interval = float(ctx.args.get("interval_s", 0.2))
+    fail_at = int(ctx.args.get("fail_at", -1))
+    group = ctx.groups[ctx.args.get("group", "counters")]
+    start = int(ctx.progress.get("step", 0))
+    log = ctx.log
+    log.info("count_steps_start", start_step=start, resumed=ctx.resumed)
+    for step in range(start, steps):
+        if ctx.stop_requested.is_set():
+            log.info("count_steps_stopped", step=step)
+            return
+        if step == fail_at:
+            raise RuntimeError(f"driver failed at step {step}")
+        values = group.add(0)
+        if len(values) != group.world_size:
+            raise RuntimeError(f"step {step}: {len(values)} answers from {group.world_size} ranks")
+        ctx.save_progress({"step": step + 1})
+        ctx.stop_requested.wait(interval)
+    log.info("count_steps_done", start_step=start, steps=steps)

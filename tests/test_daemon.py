@@ -1,0 +1,399 @@
+"""The daemon and its CLI against a real two-node cluster: `supervisor start` runs as a subprocess
+(as users run it) against the module's cluster; the test process is a second driver that reads the
+state record, the placement-group table and the actor table to check what the daemon did."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two nodes, 8 CPUs and 4 declared GPUs each (two supervisors fit); this process is a driver too."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 4, "include_dashboard": False})
+    try:
+        c.add_node(num_cpus=8, num_gpus=4)
+        c.wait_for_nodes()
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False, namespace="daemon-tests")
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def write_spec(tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, **group_opts: object) -> Path:
+    opts = "\n".join(f"{k} = {json.dumps(v)}" for k, v in group_opts.items())
+    driver_block = f'[driver]\nfunction = "daemon_drivers:count_steps"\n[driver.args]\n{driver}\n' if driver is not None else ""
+    text = textwrap.dedent(
+        f"""
+        [supervisor]
+        name = "{name}"
+        heartbeat_interval_s = 0.5
+        orphan_grace_s = {grace_s}
+        [ray]
+        python_path = ["{TESTS_DIR}"]
+        [pools.p]
+        process_on_nodes = [2, 2]
+        max_colocate_count = 2
+        [groups.counters]
+        pool = "p"
+        class = "workers:CounterWorker"
+        probe_period_s = 1.0
+        """
+    )
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text + opts + "\n" + extra_group + "\n[metrics]\nport = 0\n" + driver_block)
+    return path
+
+
+class DaemonProcess:
+    """`supervisor start SPEC --address ...` as a subprocess, JSON logs to a file."""
+
+    def __init__(self, spec: Path, address: str, log: Path) -> None:
+        self.log_path = log
+        self._log = open(log, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(BIN / "supervisor"), "start", str(spec), "--address", address, "--log-json"],
+            stdout=self._log, stderr=subprocess.STDOUT, env=ENV,
+        )  # fmt: skip
+
+    def wait_exit(self, timeout_s: float = 60.0) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self._log.flush()
+
+    def events(self) -> list[dict]:
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self._log.close()
+
+
+@pytest.fixture
+def daemons(cluster):
+    started: list[DaemonProcess] = []
+    names: list[str] = []
+
+    def start(spec: Path, name: str) -> DaemonProcess:
+        d = DaemonProcess(spec, cluster.address, spec.with_suffix(f".{len(started)}.log"))
+        started.append(d)
+        names.append(name)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+    from supervisor.ownership import find_owned, remove_owned
+    from supervisor.record import RecordStore
+
+    for name in set(names):  # whatever a failed test left
+        remove_owned(name, find_owned(name))
+        RecordStore().delete(name)
+
+
+def cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "supervisor"), *args], capture_output=True, text=True, env=ENV, timeout=timeout_s)
+
+
+def wait_record(name: str, state: str = "running", timeout_s: float = 90.0, daemon: DaemonProcess | None = None):
+    from supervisor.record import RecordStore
+
+    store = RecordStore()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = store.get(name)
+        if record is not None and record.state == state and (daemon is None or record.pid == daemon.proc.pid):
+            return record
+        if daemon is not None and daemon.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {daemon.proc.returncode}: {daemon.log_path.read_text()[-3000:]}")
+        time.sleep(0.2)
+    raise AssertionError(f"supervisor {name} not {state} after {timeout_s}s")
+
+
+def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Through the GCS tables: {placement-group name: id} and {actor name: actor id} of live ones."""
+    from ray._private import state
+    from ray.util import placement_group_table
+
+    from supervisor.record import RecordStore
+
+    pgs = {
+        str(info["name"]): pg_id
+        for pg_id, info in placement_group_table().items()
+        if info["state"] != "REMOVED" and str(info["name"]).startswith(f"{name}.")
+    }
+    record = RecordStore().get(name)
+    names = {n for g in record.groups.values() for n in g.actor_names} if record else set()
+    actors = {info["Name"]: actor_id for actor_id, info in state.actors().items() if info.get("State") != "DEAD" and info.get("Name") in names}
+    return pgs, actors
+
+
+def assert_nothing_left(name: str, actor_names: set[str], timeout_s: float = 15.0) -> None:
+    from ray._private import state
+    from ray.util import placement_group_table
+
+    from supervisor.record import RecordStore
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pgs = [info["name"] for info in placement_group_table().values() if info["state"] != "REMOVED" and str(info["name"]).startswith(f"{name}.")]
+        actors = [info["Name"] for info in state.actors().values() if info.get("State") != "DEAD" and info.get("Name") in actor_names]
+        record = RecordStore().get(name)
+        if (not pgs and not actors and record is None) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not pgs, f"placement groups left: {pgs}"
+    assert not actors, f"actors left: {actors}"
+    assert record is None, "state record left"
+
+
+# -- `ray status` layout ------------------------------------------------------------------------
+
+HEADER = re.compile(r"^======== (.+): (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}) ========$")
+
+
+def parse_layout(text: str) -> tuple[str, dict[str, list[str]], str]:
+    """Split status text into its header title, {section title: lines}, and the rule line; asserts
+    the layout rules `ray status` follows (so running it on `ray status` output checks the parser)."""
+    lines = text.rstrip("\n").splitlines()
+    match = HEADER.match(lines[0])
+    assert match, f"header line {lines[0]!r}"
+    sections: dict[str, list[str]] = {}
+    rule = None
+    body: list[str] = []
+    for i, line in enumerate(lines[1:], start=1):
+        if i + 1 < len(lines) and lines[i + 1] and set(lines[i + 1]) == {"-"}:
+            rule = rule or lines[i + 1]
+            assert lines[i + 1] == rule, "rules differ in width"
+            body = sections[line] = []
+        elif line == "" or set(line) == {"-"}:
+            continue  # blank lines separate sections (and, in `ray status`, blocks within one)
+        else:
+            assert body is not None and sections, f"line before any section: {line!r}"
+            assert (line.endswith(":") and not line.startswith(" ")) or (line.startswith(" ") and not line.startswith("  ")), (
+                f"line is neither a 'Heading:' nor a one-space item: {line!r}"
+            )
+            body.append(line)
+    return match.group(1), sections, rule or ""
+
+
+def parse_demand(line: str) -> tuple[dict, str]:
+    """A pending-demand line as (bundle, rest): Ray does not order the bundle's keys."""
+    shape, _, rest = line.strip().partition("} ")
+    return ast.literal_eval(shape + "}"), rest
+
+
+def empty_markers(section: list[str]) -> list[str]:
+    return [line for line in section if line.startswith(" (no ")]
+
+
+def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
+    import ray
+    from ray.util import placement_group, remove_placement_group
+
+    name = "sv-status"
+    daemon = daemons(write_spec(tmp_path, name, extra_group='[groups.others]\npool = "p"\nclass = "workers:CounterWorker"\n'), name)
+    record = wait_record(name, daemon=daemon)
+    actor_names = {n for g in record.groups.values() for n in g.actor_names}
+    assert len(actor_names) == 8
+    # A demand nobody can satisfy, so both views have a pending-demand line to compare.
+    pending = placement_group([{"CPU": 1, "GPU": 1}] * 3, strategy="STRICT_PACK", name="someone-else")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            ray_text = subprocess.run([str(BIN / "ray"), "status", "--address", cluster.address], capture_output=True, text=True, env=ENV).stdout
+            if "STRICT_PACK" in ray_text or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        result = cli("status", "--address", cluster.address)
+        assert result.returncode == 0, result.stderr
+        ours = result.stdout
+        json_result = json.loads(cli("status", "--address", cluster.address, "--json").stdout)
+    finally:
+        remove_placement_group(pending)
+    ray_title, ray_sections, ray_rule = parse_layout(ray_text[ray_text.index("========") :])
+    title, sections, rule = parse_layout(ours)
+    assert (ray_title, title) == ("Autoscaler status", "Supervisor status")
+    assert rule == ray_rule
+    assert list(sections) == ["Supervisors", "Pools", "Groups", "Resources"]
+    # Shared section: the pending demand line is the same line `ray status` prints.
+    ray_demands = ray_sections["Resources"][ray_sections["Resources"].index("Pending Demands:") + 1 :]
+    our_demands = sections["Resources"][sections["Resources"].index("Pending Demands:") + 1 :]
+    assert len(ray_demands) == len(our_demands) == 1
+    assert parse_demand(ray_demands[0]) == parse_demand(our_demands[0]) == ({"CPU": 1.0, "GPU": 1.0}, "* 3 (STRICT_PACK): 1+ pending placement groups")
+    # "(no ...)" for empty lists, as ray status writes "(no pending nodes)".
+    assert any(m.startswith(" (no ") for m in empty_markers(ray_sections["Node status"]))
+    assert empty_markers(sections["Supervisors"]) == [" (no stopped supervisors)"]
+    assert empty_markers(sections["Groups"]) == [" (no failures)"]
+    sup_line = sections["Supervisors"][1]
+    assert sup_line.startswith(f" {name}: running, pid {daemon.proc.pid} on ") and "heartbeat" in sup_line
+    pool_lines = sections["Pools"]
+    assert pool_lines[0] == f"{name}/p:" and len(pool_lines) == 3
+    assert all(re.match(rf"^ {name}\.p:pg2_2:\d CREATED 2/2 bundles placed \[0:node_\w{{12}} 1:node_\w{{12}}\]$", ln) for ln in pool_lines[1:])
+    assert f"{name}/counters (pool p, world size 4, running):" in sections["Groups"]
+    assert " workers: 4 alive, 0 restarting, 0 failed" in sections["Groups"]
+    # --json carries the same facts.
+    (sup,) = [s for s in json_result["supervisors"] if s["name"] == name]
+    assert sup["liveness"] == "alive" and [g["alive"] for g in sup["groups"]] == [4, 4]
+    assert [pg["bundles_placed"] for pool in sup["pools"] for pg in pool["placement_groups"]] == [2, 2]
+    listing = cli("list", "--address", cluster.address)
+    assert re.search(rf"^{name}  alive  running  pid {daemon.proc.pid} ", listing.stdout, re.M), listing.stdout
+
+    stopped = cli("stop", name, "--address", cluster.address)
+    assert stopped.returncode == 0 and f"supervisor {name} stopped" in stopped.stdout, stopped.stderr
+    assert daemon.wait_exit() == 0
+    assert_nothing_left(name, actor_names)
+    events = [e["event"] for e in daemon.events()]
+    assert events.index("teardown_started") < events.index("pool_torn_down") < events.index("supervisor_stopped")
+
+
+def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, tmp_path):
+    name = "sv-readopt"
+    spec = write_spec(tmp_path, name, driver="steps = 25\ninterval_s = 0.3")
+    first = daemons(spec, name)
+    wait_record(name, daemon=first)
+    from supervisor.record import RecordStore
+
+    store = RecordStore()
+    deadline = time.monotonic() + 60
+    while store.get(name).driver_progress.get("step", 0) < 3:
+        assert time.monotonic() < deadline, "driver made no progress"
+        time.sleep(0.2)
+    pgs_before, actors_before = live_state(name)
+    assert len(pgs_before) == 2 and len(actors_before) == 4
+    first.proc.send_signal(signal.SIGKILL)
+    first.wait_exit()
+    killed_at_step = store.get(name).driver_progress["step"]
+
+    second = daemons(spec, name)
+    wait_record(name, daemon=second)
+    pgs_after, actors_after = live_state(name)
+    assert pgs_after == pgs_before, "placement groups were recreated"
+    assert actors_after == actors_before, "healthy actors were restarted"
+    assert second.wait_exit(120) == 0
+    events = second.events()
+    (start,) = [e for e in events if e["event"] == "count_steps_start"]
+    assert start["resumed"] is True and start["start_step"] >= killed_at_step
+    assert any(e["event"] == "count_steps_done" for e in events)
+    ready = [e for e in events if e["event"] == "group_ready"]
+    assert ready and ready[0]["adopted"] is True and ready[0]["initialized"] == []
+    assert_nothing_left(name, set(actors_before))
+
+
+@pytest.mark.parametrize("ending", ["sigterm", "sigint", "driver_raises", "driver_returns", "group_failed"])
+def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_path, ending):
+    import ray
+
+    name = f"sv-{ending.replace('_', '-')}"
+    driver = {"sigterm": "steps = 1000", "sigint": "steps = 1000", "driver_raises": "steps = 100\nfail_at = 2", "driver_returns": "steps = 3"}
+    opts = {"max_restarts": 0} if ending == "group_failed" else {}
+    daemon = daemons(write_spec(tmp_path, name, driver=driver.get(ending), **opts), name)
+    record = wait_record(name, daemon=daemon)
+    actor_names = {n for g in record.groups.values() for n in g.actor_names}
+    if ending in ("sigterm", "sigint"):
+        daemon.proc.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGINT)
+    elif ending == "group_failed":
+        ray.kill(ray.get_actor(sorted(actor_names)[0], namespace=record.namespace), no_restart=True)
+    expected = 1 if ending in ("driver_raises", "group_failed") else 0
+    assert daemon.wait_exit() == expected, daemon.log_path.read_text()[-3000:]
+    assert_nothing_left(name, actor_names)
+    (stopped,) = [e for e in daemon.events() if e["event"] == "supervisor_stopped"]
+    reason = {"sigterm": "SIGTERM", "sigint": "SIGINT", "driver_raises": "driver raised", "driver_returns": "driver returned"}
+    assert stopped["reason"] == reason.get(ending, "group failed")
+    if ending == "driver_raises":
+        assert stopped["error"] == "RuntimeError: driver failed at step 2"
+    if ending == "group_failed":
+        assert "FAILED" in stopped["error"] and "restart budget exhausted" in stopped["error"]
+
+
+def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_path):
+    a = daemons(write_spec(tmp_path, "sv-a"), "sv-a")
+    b = daemons(write_spec(tmp_path, "sv-b", grace_s=4.0), "sv-b")
+    wait_record("sv-a", daemon=a)
+    wait_record("sv-b", daemon=b)
+    a_pgs, a_actors = live_state("sv-a")
+    b_pgs, b_actors = live_state("sv-b")
+    assert len(a_pgs) == len(b_pgs) == 2 and len(a_actors) == len(b_actors) == 4
+    b.proc.send_signal(signal.SIGKILL)
+    b.wait_exit()
+
+    refused = cli("stop", "sv-b", "--address", cluster.address)
+    assert refused.returncode == 1 and "sv-b is not running" in refused.stderr
+    nothing = cli("gc", "--address", cluster.address)  # b is still within its grace period
+    assert nothing.returncode == 0 and "nothing to collect" in nothing.stdout
+    assert cli("stop", "sv-a", "--address", cluster.address).returncode == 0
+    assert a.wait_exit() == 0
+    assert_nothing_left("sv-a", set(a_actors))
+    assert live_state("sv-b") == (b_pgs, b_actors), "stopping sv-a touched sv-b"
+
+    time.sleep(4.5)  # sv-b's heartbeat is now older than its grace period
+    status = cli("status", "--address", cluster.address)
+    assert re.search(r"^ sv-b: daemon not running since .*orphaned", status.stdout, re.M), status.stdout
+    dry = cli("gc", "--dry-run", "--address", cluster.address)
+    assert dry.stdout.startswith("would remove supervisor sv-b") and "2 placement group(s), 4 actor(s)" in dry.stdout
+    assert live_state("sv-b") == (b_pgs, b_actors)
+    collected = cli("gc", "--address", cluster.address)
+    assert collected.returncode == 0 and "removed supervisor sv-b" in collected.stdout
+    assert_nothing_left("sv-b", set(b_actors))
+
+
+def test_second_daemon_of_a_running_supervisor_is_refused(cluster, daemons, tmp_path):
+    spec = write_spec(tmp_path, "sv-once")
+    first = daemons(spec, "sv-once")
+    wait_record("sv-once", daemon=first)
+    before = live_state("sv-once")
+    second = daemons(spec, "sv-once")
+    assert second.wait_exit() == 1
+    (refusal,) = [e for e in second.events() if e["event"] == "daemon_not_started"]
+    assert "sv-once is already running" in refusal["error"]
+    assert live_state("sv-once") == before
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.wait_exit() == 0
+
+
+def test_bad_spec_exits_2_and_creates_nothing(cluster, tmp_path):
+    from supervisor.record import RecordStore
+
+    spec = write_spec(tmp_path, "sv-bad", extra_group='[groups.ghost]\npool = "nowhere"\nclass = "workers:CounterWorker"\n')
+    result = cli("start", str(spec), "--address", cluster.address)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {spec}: groups.ghost.pool: pool 'nowhere' is not defined (pools: p)"]
+    assert RecordStore().get("sv-bad") is None and live_state("sv-bad") == ({}, {})
+
+
+def test_unreachable_cluster_is_one_line_and_non_zero(tmp_path):
+    status = cli("status", "--address", "127.0.0.1:1", timeout_s=30)
+    assert status.returncode == 1 and status.stderr.strip().count("\n") == 0 and "127.0.0.1:1" in status.stderr
+    start = cli("start", str(write_spec(tmp_path, "sv-nowhere")), "--address", "127.0.0.1:1", "--log-json", timeout_s=30)
+    assert start.returncode == 1
+    (line,) = [json.loads(x) for x in start.stderr.splitlines() if x.startswith("{") and "daemon_not_started" in x]
+    assert "no Ray cluster at 127.0.0.1:1" in line["error"]
