@@ -141,6 +141,7 @@ def wait_record(name: str, state: str = "running", timeout_s: float = 90.0, daem
 
 def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:
     """Through the GCS tables: {placement-group name: id} and {actor name: actor id} of live ones."""
+    import ray
     from ray._private import state
     from ray.util import placement_group_table
 
@@ -152,27 +153,37 @@ def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:
         if info["state"] != "REMOVED" and str(info["name"]).startswith(f"{name}.")
     }
     record = RecordStore().get(name)
-    names = {n for g in record.groups.values() for n in g.actor_names} if record else set()
-    actors = {info["Name"]: actor_id for actor_id, info in state.actors().items() if info.get("State") != "DEAD" and info.get("Name") in names}
+    actors = {}
+    for actor_name in sorted({n for g in record.groups.values() for n in g.actor_names} if record else ()):
+        try:  # by name within the supervisor's namespace: another supervisor may use the same names
+            actor_id = ray.get_actor(actor_name, namespace=record.namespace)._actor_id.hex()
+        except ValueError:
+            continue
+        if state.actors(actor_id).get("State") != "DEAD":
+            actors[actor_name] = actor_id
     return pgs, actors
 
 
-def assert_nothing_left(name: str, actor_names: set[str], timeout_s: float = 15.0) -> None:
+def assert_nothing_left(name: str, actor_ids: set[str], timeout_s: float = 15.0) -> None:
+    """No placement group of ``name``, none of the actors ``actor_ids`` alive (GCS tables), no named actor
+    in its namespace, no record. Actor ids, not names: two supervisors may use the same actor names."""
     from ray._private import state
     from ray.util import placement_group_table
 
+    from supervisor.ownership import find_owned
     from supervisor.record import RecordStore
 
     deadline = time.monotonic() + timeout_s
     while True:
         pgs = [info["name"] for info in placement_group_table().values() if info["state"] != "REMOVED" and str(info["name"]).startswith(f"{name}.")]
-        actors = [info["Name"] for info in state.actors().values() if info.get("State") != "DEAD" and info.get("Name") in actor_names]
+        actors = [actor_id for actor_id, info in state.actors().items() if actor_id in actor_ids and info.get("State") != "DEAD"]
+        named = find_owned(name).actors
         record = RecordStore().get(name)
-        if (not pgs and not actors and record is None) or time.monotonic() > deadline:
+        if (not pgs and not actors and not named and record is None) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert not pgs, f"placement groups left: {pgs}"
-    assert not actors, f"actors left: {actors}"
+    assert not actors and not named, f"actors left: {actors} {named}"
     assert record is None, "state record left"
 
 
@@ -223,8 +234,8 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     name = "sv-status"
     daemon = daemons(write_spec(tmp_path, name, extra_group='[groups.others]\npool = "p"\nclass = "workers:CounterWorker"\n'), name)
     record = wait_record(name, daemon=daemon)
-    actor_names = {n for g in record.groups.values() for n in g.actor_names}
-    assert len(actor_names) == 8
+    actor_ids = set(live_state(name)[1].values())
+    assert len(actor_ids) == 8
     # A demand nobody can satisfy, so both views have a pending-demand line to compare.
     pending = placement_group([{"CPU": 1, "GPU": 1}] * 3, strategy="STRICT_PACK", name="someone-else")
     try:
@@ -271,7 +282,7 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     stopped = cli("stop", name, "--address", cluster.address)
     assert stopped.returncode == 0 and f"supervisor {name} stopped" in stopped.stdout, stopped.stderr
     assert daemon.wait_exit() == 0
-    assert_nothing_left(name, actor_names)
+    assert_nothing_left(name, actor_ids)
     events = [e["event"] for e in daemon.events()]
     assert events.index("teardown_started") < events.index("pool_torn_down") < events.index("supervisor_stopped")
 
@@ -306,7 +317,7 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
     assert any(e["event"] == "count_steps_done" for e in events)
     ready = [e for e in events if e["event"] == "group_ready"]
     assert ready and ready[0]["adopted"] is True and ready[0]["initialized"] == []
-    assert_nothing_left(name, set(actors_before))
+    assert_nothing_left(name, set(actors_before.values()))
 
 
 @pytest.mark.parametrize("ending", ["sigterm", "sigint", "driver_raises", "driver_returns", "group_failed"])
@@ -318,14 +329,14 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
     opts = {"max_restarts": 0} if ending == "group_failed" else {}
     daemon = daemons(write_spec(tmp_path, name, driver=driver.get(ending), **opts), name)
     record = wait_record(name, daemon=daemon)
-    actor_names = {n for g in record.groups.values() for n in g.actor_names}
+    live_actors = live_state(name)[1]
     if ending in ("sigterm", "sigint"):
         daemon.proc.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGINT)
     elif ending == "group_failed":
-        ray.kill(ray.get_actor(sorted(actor_names)[0], namespace=record.namespace), no_restart=True)
+        ray.kill(ray.get_actor(sorted(live_actors)[0], namespace=record.namespace), no_restart=True)
     expected = 1 if ending in ("driver_raises", "group_failed") else 0
     assert daemon.wait_exit() == expected, daemon.log_path.read_text()[-3000:]
-    assert_nothing_left(name, actor_names)
+    assert_nothing_left(name, set(live_actors.values()))
     (stopped,) = [e for e in daemon.events() if e["event"] == "supervisor_stopped"]
     reason = {"sigterm": "SIGTERM", "sigint": "SIGINT", "driver_raises": "driver raised", "driver_returns": "driver returned"}
     assert stopped["reason"] == reason.get(ending, "group failed")
@@ -352,7 +363,7 @@ def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_
     assert nothing.returncode == 0 and "nothing to collect" in nothing.stdout
     assert cli("stop", "sv-a", "--address", cluster.address).returncode == 0
     assert a.wait_exit() == 0
-    assert_nothing_left("sv-a", set(a_actors))
+    assert_nothing_left("sv-a", set(a_actors.values()))
     assert live_state("sv-b") == (b_pgs, b_actors), "stopping sv-a touched sv-b"
 
     time.sleep(4.5)  # sv-b's heartbeat is now older than its grace period
@@ -363,7 +374,7 @@ def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_
     assert live_state("sv-b") == (b_pgs, b_actors)
     collected = cli("gc", "--address", cluster.address)
     assert collected.returncode == 0 and "removed supervisor sv-b" in collected.stdout
-    assert_nothing_left("sv-b", set(b_actors))
+    assert_nothing_left("sv-b", set(b_actors.values()))
 
 
 def test_second_daemon_of_a_running_supervisor_is_refused(cluster, daemons, tmp_path):
