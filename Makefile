@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 
-.PHONY: setup run test lint clean
+.PHONY: setup run quickstart test lint clean
 
 setup: $(VENV)/.installed
 
@@ -21,6 +21,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
+	$(BIN)/supervisor start examples/rlhf/rlhf.toml
+
+quickstart: setup
 	$(BIN)/python examples/quickstart.py
 
 test: setup

@@ -176,8 +176,12 @@ class Daemon:
                 signal.signal(signal.SIGTERM, self._on_signal)
                 signal.signal(signal.SIGINT, self._on_signal)
             self._claim()
-        except (SupervisorError, _StopDuringStart) as exc:
-            log.error("daemon_not_started", supervisor=self.spec.name, error=str(exc) or type(exc).__name__)
+        except _StopDuringStart:
+            log.info("daemon_not_started", supervisor=self.spec.name, reason=(self._stop_reason or StopReason.SIGTERM).value)
+            self._disconnect()
+            return (self._stop_reason or StopReason.SIGTERM).exit_code
+        except SupervisorError as exc:
+            log.error("daemon_not_started", supervisor=self.spec.name, error=str(exc))
             self._disconnect()
             return ExitCode.FAILED
         self._start_heartbeat()
@@ -568,6 +572,6 @@ def _group_record(m: _ManagedGroup, base: GroupRecord | None) -> GroupRecord:
     record.master_addr = m.group.master_address
     record.master_port = int(m.group.master_port) if m.group.master_port else None
     record.ranks = [RankRecord(r.rank, r.state.value, r.node_id, r.original_node, r.restarts, r.last_failure) for r in sup.ranks()]
-    record.restarts = [[h.rank, h.reason.value, wall - (mono - h.time)] for h in sup.restart_history() if mono - h.time <= window]
+    record.restarts = [[h.rank, h.reason.value, wall - (mono - h.at)] for h in sup.restart_history() if mono - h.at <= window]
     record.failure = str(sup.failure) if sup.failure else None
     return record

@@ -40,7 +40,6 @@ def cluster():
 
 
 def write_spec(tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, **group_opts: object) -> Path:
-    opts = "\n".join(f"{k} = {json.dumps(v)}" for k, v in group_opts.items())
     driver_block = f'[driver]\nfunction = "daemon_drivers:count_steps"\n[driver.args]\n{driver}\n' if driver is not None else ""
     text = textwrap.dedent(
         f"""
@@ -55,13 +54,19 @@ def write_spec(tmp_path: Path, name: str, driver: str | None = None, extra_group
         max_colocate_count = 2
         [groups.counters]
         pool = "p"
-        class = "workers:CounterWorker"
-        probe_period_s = 1.0
         """
     )
+    group_opts = {"class": "workers:CounterWorker", "probe_period_s": 1.0, **group_opts}
+    opts = "\n".join(f"{k} = {_toml_value(v)}" for k, v in group_opts.items())
     path = tmp_path / f"{name}.toml"
     path.write_text(text + opts + "\n" + extra_group + "\n[metrics]\nport = 0\n" + driver_block)
     return path
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
 
 
 class DaemonProcess:
@@ -236,6 +241,12 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     record = wait_record(name, daemon=daemon)
     actor_ids = set(live_state(name)[1].values())
     assert len(actor_ids) == 8
+    # One rank killed and replaced: status shows the failure and the restart.
+    ray.kill(ray.get_actor("counters_CounterWorker_1:0", namespace=record.namespace), no_restart=True)
+    deadline = time.monotonic() + 30
+    while not (r := wait_record(name, daemon=daemon)).groups["counters"].restarts or r.groups["counters"].count("running") != 4:
+        assert time.monotonic() < deadline, "the killed rank was not replaced"
+        time.sleep(0.2)
     # A demand nobody can satisfy, so both views have a pending-demand line to compare.
     pending = placement_group([{"CPU": 1, "GPU": 1}] * 3, strategy="STRICT_PACK", name="someone-else")
     try:
@@ -264,7 +275,9 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     # "(no ...)" for empty lists, as ray status writes "(no pending nodes)".
     assert any(m.startswith(" (no ") for m in empty_markers(ray_sections["Node status"]))
     assert empty_markers(sections["Supervisors"]) == [" (no stopped supervisors)"]
-    assert empty_markers(sections["Groups"]) == [" (no failures)"]
+    assert empty_markers(sections["Groups"]) == []
+    failures = sections["Groups"][sections["Groups"].index("Recent failures:") + 1 :]
+    assert len(failures) == 1 and re.match(rf"^ \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d {name}/counters rank 2: died: ", failures[0]), failures
     sup_line = sections["Supervisors"][1]
     assert sup_line.startswith(f" {name}: running, pid {daemon.proc.pid} on ") and "heartbeat" in sup_line
     pool_lines = sections["Pools"]
@@ -272,6 +285,7 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert all(re.match(rf"^ {name}\.p:pg2_2:\d CREATED 2/2 bundles placed \[0:node_\w{{12}} 1:node_\w{{12}}\]$", ln) for ln in pool_lines[1:])
     assert f"{name}/counters (pool p, world size 4, running):" in sections["Groups"]
     assert " workers: 4 alive, 0 restarting, 0 failed" in sections["Groups"]
+    assert " restarts: 1 in the last 10m00s (budget 10)" in sections["Groups"]
     # --json carries the same facts.
     (sup,) = [s for s in json_result["supervisors"] if s["name"] == name]
     assert sup["liveness"] == "alive" and [g["alive"] for g in sup["groups"]] == [4, 4]
@@ -327,6 +341,8 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
     name = f"sv-{ending.replace('_', '-')}"
     driver = {"sigterm": "steps = 1000", "sigint": "steps = 1000", "driver_raises": "steps = 100\nfail_at = 2", "driver_returns": "steps = 3"}
     opts = {"max_restarts": 0} if ending == "group_failed" else {}
+    if ending == "driver_returns":  # the graceful stop calls the shutdown method of every rank
+        opts = {"class": "workers:ShutdownAwareWorker", "shutdown_method": "shutdown", "env": {"SHUTDOWN_MARKER_DIR": str(tmp_path)}}
     daemon = daemons(write_spec(tmp_path, name, driver=driver.get(ending), **opts), name)
     record = wait_record(name, daemon=daemon)
     live_actors = live_state(name)[1]
@@ -340,6 +356,8 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
     (stopped,) = [e for e in daemon.events() if e["event"] == "supervisor_stopped"]
     reason = {"sigterm": "SIGTERM", "sigint": "SIGINT", "driver_raises": "driver raised", "driver_returns": "driver returned"}
     assert stopped["reason"] == reason.get(ending, "group failed")
+    if ending == "driver_returns":
+        assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1", "rank2", "rank3"]
     if ending == "driver_raises":
         assert stopped["error"] == "RuntimeError: driver failed at step 2"
     if ending == "group_failed":

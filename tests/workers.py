@@ -175,3 +175,12 @@ class BrokenConstructor(Worker):
     def __init__(self) -> None:
         super().__init__()
         raise RuntimeError("cannot load tokenizer")
+
+
+class ShutdownAwareWorker(CounterWorker):
+    """A CounterWorker whose ``shutdown`` (the daemon's graceful stop) leaves a marker file per rank
+    in ``$SHUTDOWN_MARKER_DIR``."""
+
+    def shutdown(self) -> None:
+        with open(os.path.join(os.environ["SHUTDOWN_MARKER_DIR"], f"rank{self.rank}"), "w") as f:
+            f.write(str(os.getpid()))

@@ -1,0 +1,96 @@
+"""Pure parts of the daemon's bookkeeping: the state record, liveness, the status layout, exit codes."""
+
+from __future__ import annotations
+
+from supervisor.daemon import ExitCode, StopReason, _restored_restarts
+from supervisor.record import FailureEvent, GroupRecord, Liveness, PoolRecord, RankRecord, SupervisorRecord, liveness
+from supervisor.status import (
+    DriftedRank,
+    GroupStatus,
+    PlacementGroupStatus,
+    PoolStatus,
+    StatusReport,
+    SupervisorStatus,
+    render_status,
+    short_node,
+)
+
+NOW = 1_800_000_000.0
+
+
+def record(heartbeat_age_s: float = 0.0) -> SupervisorRecord:
+    return SupervisorRecord(
+        name="demo", namespace="supervisor.demo", owner="abc", pid=42, host="h", started_at=NOW - 100,
+        heartbeat_at=NOW - heartbeat_age_s, heartbeat_interval_s=1.0, orphan_grace_s=30.0,
+        pools={"p": PoolRecord("p", "demo.p", ["demo.p:pg2:0"], {"demo.p:pg2:0": ["n1", "n1"]}, [2])},
+        groups={"g": GroupRecord("g", "p", "m:C", ["g_C_0:0", "g_C_0:1"], state="running", initialized=True,
+                                 ranks=[RankRecord(0, "running", "n1", "n1"), RankRecord(1, "running", "n2", "n1", restarts=1)],
+                                 restarts=[[1, "node_lost", NOW - 5], [0, "died", NOW - 900]])},
+        failures=[FailureEvent(NOW - 5, "g", 1, "node_lost", "ActorDiedError: node gone")],
+        driver_progress={"step": 7},
+    )  # fmt: skip
+
+
+def test_record_round_trips_through_json():
+    original = record()
+    clone = SupervisorRecord.from_json(original.to_json())
+    assert clone == original
+    assert clone.groups["g"].ranks[1].drifted and not clone.groups["g"].ranks[0].drifted
+
+
+def test_liveness_by_heartbeat_age():
+    assert liveness(record(0.5), NOW) is Liveness.ALIVE
+    assert liveness(record(3.5), NOW) is Liveness.STALE  # more than three beats missed
+    assert liveness(record(31), NOW) is Liveness.ORPHANED  # past the grace period
+
+
+def test_restarts_in_window_and_restored_onto_this_clock():
+    group = record().groups["g"]
+    assert group.restarts_in_window(NOW) == 1  # the one 900 s ago is outside the 600 s window
+    history, counts = _restored_restarts(group)
+    assert [(h.rank, h.reason.value) for h in history] == [(1, "node_lost"), (0, "died")]
+    assert abs(history[0].at - history[1].at - 895.0) < 1e-6
+    assert counts == {0: 0, 1: 1}
+
+
+def test_exit_codes_of_each_stop_reason():
+    ok = {StopReason.SIGTERM, StopReason.SIGINT, StopReason.STOP_COMMAND, StopReason.DRIVER_RETURNED}
+    for reason in StopReason:
+        assert reason.exit_code is (ExitCode.OK if reason in ok else ExitCode.FAILED)
+
+
+def report(alive: bool) -> StatusReport:
+    sup = SupervisorStatus(
+        name="demo", liveness="alive" if alive else "orphaned", state="running", pid=42, host="h", started_at=NOW - 3725,
+        heartbeat_at=NOW - (0.4 if alive else 95), heartbeat_age_s=0.4 if alive else 95, metrics_address="127.0.0.1:9400",
+        pools=[PoolStatus("p", [PlacementGroupStatus("demo.p:pg2:0", "RESCHEDULING", 1, 2, ["a" * 56, None])])],
+        groups=[GroupStatus("g", "p", "recovering", 2, 1, 1, 0, 1, 600.0, 10, [DriftedRank(1, "a" * 56, "b" * 56)], not alive)],
+        failures=[],
+    )  # fmt: skip
+    return StatusReport(generated_at=NOW, supervisors=[sup])
+
+
+def test_render_running_supervisor():
+    text = render_status(report(alive=True))
+    lines = text.splitlines()
+    assert lines[0].startswith("======== Supervisor status: ") and lines[0].endswith(" ========")
+    assert lines[1:4] == ["Supervisors", "-" * 63, "Running:"]
+    assert lines[4] == " demo: running, pid 42 on h, up 1h02m05s, heartbeat 0.4s ago, metrics on 127.0.0.1:9400"
+    assert lines[5:7] == ["Not running:", " (no stopped supervisors)"]
+    assert f" demo.p:pg2:0 RESCHEDULING 1/2 bundles placed [0:{short_node('a' * 56)} 1:(unplaced)]" in lines
+    assert " workers: 1 alive, 1 restarting, 0 failed" in lines
+    assert " drift: rank 1 node_aaaaaaaaaaaa -> node_bbbbbbbbbbbb" in lines
+    assert lines[-2:] == ["Pending Demands:", " (no resource demands)"]
+
+
+def test_render_daemon_down_says_since_when_and_where_counts_come_from():
+    text = render_status(report(alive=False))
+    assert "Running:\n (no running supervisors)" in text
+    assert "daemon not running since " in text and "(last heartbeat 1m35s ago, pid 42 on h); orphaned: `supervisor gc`" in text
+    assert " workers: 1 alive, 1 restarting, 0 failed (from the cluster: daemon not running)" in text
+
+
+def test_render_empty_cluster():
+    text = render_status(StatusReport(generated_at=NOW))
+    assert "Pools\n" + "-" * 63 + "\n (no pools)" in text
+    assert "Groups\n" + "-" * 63 + "\n (no groups)\nRecent failures:\n (no failures)" in text
