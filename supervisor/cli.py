@@ -197,7 +197,10 @@ def _not_running(record: Any) -> str:
 @main.command()
 @_ADDRESS
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
-@click.option("--grace", "grace_s", type=float, default=None, help="Heartbeat age that makes a supervisor orphaned (default: its own orphan_grace_s).")
+@click.option(
+    "--grace", "grace_s", type=float, default=None,
+    help="Heartbeat age that makes a supervisor orphaned (default: its own orphan_grace_s); a live daemon is never collected.",
+)  # fmt: skip
 def gc(address: str | None, dry_run: bool, grace_s: float | None) -> None:
     """Remove the pools and actors of supervisors whose daemon is gone (heartbeat older than the grace
     period), and their records. Running supervisors are never touched."""
@@ -210,7 +213,9 @@ def gc(address: str | None, dry_run: bool, grace_s: float | None) -> None:
         store = RecordStore()
         for record in store.all():
             age = record.heartbeat_age(now)
-            orphaned = liveness(record, now) is Liveness.ORPHANED if grace_s is None else age > grace_s
+            state = liveness(record, now)
+            # A live heartbeat is never collected, whatever --grace says.
+            orphaned = state is Liveness.ORPHANED if grace_s is None else (state is not Liveness.ALIVE and age > grace_s)
             if not orphaned:
                 continue
             found += 1
@@ -218,6 +223,10 @@ def gc(address: str | None, dry_run: bool, grace_s: float | None) -> None:
             what = f"{len(owned.placement_groups)} placement group(s), {len(owned.actors)} actor(s) and the record"
             if dry_run:
                 click.echo(f"would remove supervisor {record.name} (heartbeat {age:.0f}s ago): {what}")
+                continue
+            again = store.get(record.name)
+            if again is None or (again.owner, again.heartbeat_at) != (record.owner, record.heartbeat_at):
+                click.echo(f"skipped supervisor {record.name}: a daemon took it over meanwhile")
                 continue
             remove_owned(record.name, owned)
             store.delete(record.name)

@@ -58,8 +58,6 @@ def resolve_address(address: str | None) -> str:
     Raises:
         ClusterUnavailableError: none of them names a cluster.
     """
-    import os
-
     if address:
         return address
     if os.environ.get("RAY_ADDRESS"):

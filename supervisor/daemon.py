@@ -60,7 +60,7 @@ from .restart_policy import FailureReason, RestartRecord
 from .spec import GroupSpec, SupervisorSpec, import_object
 from .supervision import GroupState, GroupSupervisor
 
-__all__ = ["Daemon", "ExitCode", "StopReason", "AlreadyRunningError"]
+__all__ = ["Daemon", "ExitCode", "StopReason", "TeardownScope", "teardown_scope", "AlreadyRunningError"]
 
 log = get_logger("daemon")
 
@@ -83,26 +83,38 @@ class StopReason(enum.Enum):
     DRIVER_RAISED = "driver raised"
     GROUP_FAILED = "group failed"
     START_FAILED = "start failed"
+    SUPERSEDED = "superseded"  # another daemon took the record over: leave everything to it
 
     @property
     def exit_code(self) -> ExitCode:
-        failed = (StopReason.DRIVER_RAISED, StopReason.GROUP_FAILED, StopReason.START_FAILED)
+        failed = (StopReason.DRIVER_RAISED, StopReason.GROUP_FAILED, StopReason.START_FAILED, StopReason.SUPERSEDED)
         return ExitCode.FAILED if self in failed else ExitCode.OK
+
+
+class TeardownScope(enum.Enum):
+    EVERYTHING = "everything"  # shutdown methods, actors, placement groups, the record
+    NOTHING = "nothing"  # leave the cluster as it is (someone else owns it, or it is a job to keep)
+
+
+def teardown_scope(reason: StopReason, adopting: bool) -> TeardownScope:
+    """What a teardown removes (pure).
+
+    A daemon superseded by another leaves everything to it. A daemon that failed to start while
+    re-adopting a job that survived a crash leaves that job in place (a busy metrics port or a flaky
+    init must not destroy a multi-day run): the next start re-adopts it, or `gc` collects it.
+    """
+    if reason is StopReason.SUPERSEDED or (reason is StopReason.START_FAILED and adopting):
+        return TeardownScope.NOTHING
+    return TeardownScope.EVERYTHING
 
 
 class AlreadyRunningError(SupervisorError):
     """Another daemon with this name is alive (its heartbeat is fresh)."""
 
 
-class _StopDuringStart(BaseException):
-    """Unwinds start-up when a stop arrives (BaseException: transactional starts release on it)."""
-
-
-class _Phase(enum.Enum):
-    CONNECTING = "connecting"
-    STARTING = "starting"
-    RUNNING = "running"
-    STOPPING = "stopping"
+class _StopDuringStart(KeyboardInterrupt):
+    """Unwinds start-up when a stop arrives. A KeyboardInterrupt, because that is what Ray lets through
+    its blocking calls (and transactional starts release what they acquired on any BaseException)."""
 
 
 class DaemonHooks(ObservingHooks):
@@ -149,8 +161,10 @@ class Daemon:
         self.driver_stop_grace_s = driver_stop_grace_s
         self.hooks = DaemonHooks()
         self.owner = uuid.uuid4().hex
-        self._phase = _Phase.CONNECTING
-        self._lock = threading.Lock()
+        self._phase = DaemonState.CONNECTING
+        # Re-entrant: a signal handler runs on the main thread, possibly while it holds the lock.
+        self._lock = threading.RLock()
+        self._interruptible = False  # a stop signal unwinds start-up only while this is set
         self._stop_event = threading.Event()
         self._stop_reason: StopReason | None = None
         self._error: str | None = None
@@ -175,25 +189,28 @@ class Daemon:
                 # process at once; ours must replace it so a SIGTERM means "tear down".
                 signal.signal(signal.SIGTERM, self._on_signal)
                 signal.signal(signal.SIGINT, self._on_signal)
+            self._start_metrics()
             self._claim()
-        except _StopDuringStart:
-            log.info("daemon_not_started", supervisor=self.spec.name, reason=(self._stop_reason or StopReason.SIGTERM).value)
-            self._disconnect()
-            return (self._stop_reason or StopReason.SIGTERM).exit_code
-        except SupervisorError as exc:
-            log.error("daemon_not_started", supervisor=self.spec.name, error=str(exc))
+        except Exception as exc:  # nothing of this supervisor was touched yet
+            log.error("daemon_not_started", supervisor=self.spec.name, error=first_line(exc, limit=None))
+            self._stop_metrics()
             self._disconnect()
             return ExitCode.FAILED
         self._start_heartbeat()
         try:
-            self._phase = _Phase.STARTING
-            self._start()
-            self._phase = _Phase.RUNNING
+            self._phase = DaemonState.STARTING
+            if not self._stop_event.is_set():
+                self._interruptible = True
+                try:
+                    self._start()
+                finally:
+                    self._interruptible = False
+            self._phase = DaemonState.RUNNING
             self._write_record()
             log.info("supervisor_running", supervisor=self.spec.name, groups=[m.name for m in self._groups], metrics=self._metrics_address())
             reason = self._wait_for_stop()
-        except _StopDuringStart:
-            reason = self._stop_reason or StopReason.SIGTERM
+        except KeyboardInterrupt:  # _StopDuringStart, or a KeyboardInterrupt Ray raised for a signal
+            reason = self._stop_reason or StopReason.SIGINT
         except Exception as exc:
             self._error = first_line(exc, limit=None)
             log.error("start_failed", supervisor=self.spec.name, error=self._error)
@@ -206,7 +223,7 @@ class Daemon:
             if self._stop_reason is None:
                 self._stop_reason = reason
         self._stop_event.set()
-        if self._phase is _Phase.STARTING and threading.current_thread() is not threading.main_thread():
+        if self._interruptible and threading.current_thread() is not threading.main_thread():
             # Start-up blocks the main thread (resource waits can take minutes): interrupt it there.
             _thread.interrupt_main(signal.SIGTERM)
 
@@ -217,7 +234,8 @@ class Daemon:
             if self._stop_reason is None:
                 self._stop_reason = reason
         self._stop_event.set()
-        if self._phase in (_Phase.CONNECTING, _Phase.STARTING):
+        if self._interruptible:
+            self._interruptible = False  # once: a second signal must not interrupt the unwinding
             raise _StopDuringStart()
 
     # -- connect and claim ----------------------------------------------------------------------
@@ -247,7 +265,11 @@ class Daemon:
                 f"supervisor {self.spec.name} is already running (pid {previous.pid} on {previous.host}, heartbeat "
                 f"{previous.heartbeat_age(now):.1f}s ago): stop it with `supervisor stop {self.spec.name}`"
             )
+        if not self._store.claim(self.spec.name, previous.owner if previous else None, self.owner):
+            raise AlreadyRunningError(f"supervisor {self.spec.name} is being started by another daemon at the same time")
         self._previous = previous
+        # What the earlier incarnation owned stays in the record until this one has adopted it, so a
+        # crash in the middle of re-adoption loses nothing.
         self._record = SupervisorRecord(
             name=self.spec.name,
             namespace=self.spec.namespace,
@@ -259,6 +281,9 @@ class Daemon:
             heartbeat_interval_s=self.spec.supervisor.heartbeat_interval_s,
             orphan_grace_s=self.spec.supervisor.orphan_grace_s,
             ray_address=self.address,
+            metrics_address=self._metrics_address(),
+            pools=dict(previous.pools) if previous else {},
+            groups=dict(previous.groups) if previous else {},
             driver_progress=dict(previous.driver_progress) if previous else {},
             failures=list(previous.failures) if previous else [],
         )
@@ -270,7 +295,6 @@ class Daemon:
     # -- start ----------------------------------------------------------------------------------
     def _start(self) -> None:
         self._remove_unexpected()
-        self._start_metrics()
         for name in self.spec.groups_in_start_order():
             self._start_group(name, self.spec.groups[name])
         if self.spec.driver is not None:
@@ -317,7 +341,8 @@ class Daemon:
         self._pools[name] = pool  # owned from here on: teardown removes it whatever happens next
         with self._lock:
             assert self._record is not None
-            self._record.pools[name] = PoolRecord(name, pool.name_prefix, pool.placement_group_names(), {}, list(p.process_on_nodes))
+            # Shown by status while the pool waits; an earlier incarnation's entry is kept until adopted.
+            self._record.pools.setdefault(name, PoolRecord(name, pool.name_prefix, pool.placement_group_names(), {}, list(p.process_on_nodes)))
         pool.get_placement_groups(
             timeout_s=p.resource_timeout_s, progress_interval_s=p.progress_interval_s, autoscaling=p.autoscaling, hooks=self.hooks
         )
@@ -346,15 +371,20 @@ class Daemon:
         record = GroupRecord(
             name, spec.pool, spec.worker_class, names, restart_window_s=spec.restart_window_s, max_restarts=spec.max_restarts
         )
-        self._set_group_record(record)
-        adopting = earlier is not None and earlier.actor_names == names and earlier.worker_class == spec.worker_class
+        if earlier is None:
+            self._set_group_record(record)  # status shows it creating; an earlier entry stays until adopted
+        same = earlier is not None and earlier.actor_names == names and earlier.worker_class == spec.worker_class
+        live = set(find_owned(self.spec.name).actors) & set(names)
+        # Live actors with these names are adopted even without a record of them (a daemon that died
+        # before recording them); then their rendezvous and init state are unknown: init runs on all.
+        adopting = bool(live) or same
         if adopting:
-            assert earlier is not None
             group, new_ranks = adopt_group(
-                pool, cls_with_init, prefix, self.spec.namespace, earlier.master_addr, earlier.master_port, spec.env,
-                spec.actor_start_timeout_s, self.hooks,
+                pool, cls_with_init, prefix, self.spec.namespace, earlier.master_addr if same and earlier else None,
+                earlier.master_port if same and earlier else None, spec.env, spec.actor_start_timeout_s, self.hooks,
             )  # fmt: skip
-            to_init = list(range(group.world_size)) if (0 in new_ranks or not earlier.initialized) else new_ranks
+            initialized = bool(same and earlier and earlier.initialized)
+            to_init = list(range(group.world_size)) if (0 in new_ranks or not initialized) else new_ranks
         else:
             group = create_group(
                 pool, cls_with_init, name_prefix=prefix, detached=True, worker_env=spec.env, namespace=self.spec.namespace,
@@ -363,13 +393,15 @@ class Daemon:
             to_init = list(range(group.world_size))
         record.master_addr, record.master_port = group.master_address, int(group.master_port or 0) or None
         record.state = "initializing"
-        self._set_group_record(record)
+        if earlier is None:
+            self._set_group_record(record)
         if spec.init_method and to_init:
             init_group(group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), self.hooks, ranks=to_init)
         record.initialized = True
-        history, counts = _restored_restarts(earlier) if adopting and earlier else ([], {})
+        history, counts = _restored_restarts(earlier) if same and earlier else ([], {})
         supervisor = GroupSupervisor(group, spec.supervision_config(), self.hooks, restart_history=history, rank_restarts=counts)
-        with self._lock:
+        with self._lock:  # from here on the record of this group is built from its supervisor
+            self._record.groups[name] = record  # type: ignore[union-attr]
             self._groups.append(_ManagedGroup(name, spec, group, supervisor))
         supervisor.start()
         log.info("group_ready", group=name, world_size=group.world_size, adopted=adopting, initialized=sorted(to_init) if spec.init_method else [])
@@ -400,7 +432,8 @@ class Daemon:
 
     def _save_progress(self, progress: dict[str, Any]) -> None:
         with self._lock:
-            assert self._record is not None
+            if self._record is None:  # torn down already
+                return
             self._record.driver_progress = dict(progress)
         self._write_record()
 
@@ -411,10 +444,12 @@ class Daemon:
 
         server, _thread_ = start_http_server(self.spec.metrics.port, addr=self.spec.metrics.host, registry=metrics.REGISTRY)
         self._metrics_server = server
-        with self._lock:
-            assert self._record is not None
-            self._record.metrics_address = self._metrics_address()
         log.info("metrics_serving", address=self._metrics_address())
+
+    def _stop_metrics(self) -> None:
+        server, self._metrics_server = self._metrics_server, None
+        if server is not None:
+            server.shutdown()
 
     def _metrics_address(self) -> str | None:
         if self._metrics_server is None:
@@ -447,6 +482,13 @@ class Daemon:
         interval = self.spec.supervisor.heartbeat_interval_s
         while not self._heartbeat_stop.wait(interval):
             try:
+                current = self._store.get(self.spec.name)
+                if current is not None and current.owner != self.owner:
+                    # Another daemon took over (this one was paused past its grace period): it owns
+                    # everything now, so stop supervising and touch nothing.
+                    log.error("superseded", supervisor=self.spec.name, by_pid=current.pid, by_host=current.host)
+                    self.request_stop(StopReason.SUPERSEDED)
+                    return
                 self._write_record()
                 if self._stop_reason is None and self._store.stop_requested(self.spec.name, self.owner):
                     log.info("stop_requested", by="supervisor stop")
@@ -459,9 +501,7 @@ class Daemon:
             return
         with self._lock:
             self._record.heartbeat_at = time.time()
-            self._record.state = {_Phase.RUNNING: DaemonState.RUNNING, _Phase.STOPPING: DaemonState.STOPPING}.get(
-                self._phase, DaemonState.STARTING
-            ).value
+            self._record.state = self._phase.value
             self._record.failures = list(self.hooks.failures)
             for m in self._groups:
                 self._record.groups[m.name] = _group_record(m, self._record.groups.get(m.name))
@@ -472,41 +512,58 @@ class Daemon:
     def _teardown(self, reason: StopReason) -> ExitCode:
         with self._lock:
             self._stop_reason = self._stop_reason or reason
-        self._phase = _Phase.STOPPING
+        scope = teardown_scope(reason, adopting=self._previous is not None)
+        self._phase = DaemonState.STOPPING
         self._stop_event.set()
-        log.info("teardown_started", supervisor=self.spec.name, reason=reason.value, error=self._error)
-        try:
-            self._write_record()
-        except Exception:
-            pass
+        log.info("teardown_started", supervisor=self.spec.name, reason=reason.value, scope=scope.value, error=self._error)
+        if scope is TeardownScope.EVERYTHING:
+            self._write_record_quietly()
         if self._driver is not None and not self._driver.done.is_set():
             if not self._driver.join(self.driver_stop_grace_s):
                 log.warning("driver_still_running", waited_s=self.driver_stop_grace_s)
         for m in reversed(self._groups):  # stop in reverse start order
             m.supervisor.stop()
+        self._heartbeat_stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(self.spec.supervisor.heartbeat_interval_s + 5)
+        if scope is TeardownScope.EVERYTHING:
+            self._remove_everything()
+        elif reason is StopReason.START_FAILED:
+            log.error(
+                "adopted_resources_left_in_place",
+                supervisor=self.spec.name,
+                hint="fix the cause and start again to re-adopt them, or `supervisor gc` once the record is orphaned",
+            )
+        self._stop_metrics()
+        self._disconnect()
+        code = reason.exit_code
+        log.info("supervisor_stopped", supervisor=self.spec.name, reason=reason.value, exit_code=int(code), error=self._error)
+        return code
+
+    def _remove_everything(self) -> None:
         for m in reversed(self._groups):
             self._shutdown_workers(m)
             m.group.kill()
         for pool in reversed(list(self._pools.values())):
             pool.teardown()
-        self._heartbeat_stop.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join(self.spec.supervisor.heartbeat_interval_s + 5)
         try:
-            leftovers = find_owned(self.spec.name)  # whatever a half-finished start or an earlier run left
-            remove_owned(self.spec.name, leftovers)
             assert self._store is not None
             current = self._store.get(self.spec.name)
-            if current is None or current.owner == self.owner:
-                self._store.delete(self.spec.name)
+            if current is not None and current.owner != self.owner:
+                log.error("superseded", supervisor=self.spec.name, by_pid=current.pid)
+                return  # what is left belongs to the daemon that took over
+            remove_owned(self.spec.name, find_owned(self.spec.name))  # what a half-finished start or an earlier run left
+            with self._lock:
+                self._record = None  # nothing may write the record again once it is deleted
+            self._store.delete(self.spec.name)
         except Exception as exc:
             log.error("teardown_incomplete", error=first_line(exc))
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-        self._disconnect()
-        code = reason.exit_code
-        log.info("supervisor_stopped", supervisor=self.spec.name, reason=reason.value, exit_code=int(code), error=self._error)
-        return code
+
+    def _write_record_quietly(self) -> None:
+        try:
+            self._write_record()
+        except Exception as exc:
+            log.warning("record_write_failed", error=first_line(exc))
 
     def _shutdown_workers(self, m: _ManagedGroup) -> None:
         # Graceful stop, OTP-style: ask (bounded by shutdown_timeout_s), then kill.

@@ -30,6 +30,7 @@ from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
 from .log import get_logger
 from .pool import ResourcePool
+from .worker import send_probe
 
 __all__ = ["create_group", "adopt_group", "init_group", "InitGroupError", "ActorStartError"]
 
@@ -143,13 +144,14 @@ def adopt_group(
         adopt=True,
     )
     new = {r for r in range(group.world_size) if r not in group.adopted_ranks}
-    nodes, problems = _started_nodes(group, sorted(group.adopted_ranks), actor_start_timeout_s)
+    # Asked in the supervision concurrency group: an adopted rank busy in a long call is not stuck.
+    nodes, problems = _started_nodes(group, sorted(group.adopted_ranks), actor_start_timeout_s, probe=True)
     for rank in sorted(problems):  # rank 0 first: its replacement picks the new rendezvous
         log.warning("adopted_worker_unresponsive", group=group.name, rank=rank, problem=problems[rank])
         group.replace_worker(rank)
         hooks.on_worker_replaced(group.name, rank, "died")
         new.add(rank)
-    if 0 in new:
+    if 0 in new or master_addr is None:  # a new rank 0, or a rendezvous nobody recorded: give out the current one
         for rank in group.propagate_rendezvous(sorted(set(range(group.world_size)) - new)):
             hooks.on_worker_replaced(group.name, rank, "died")
             new.add(rank)
@@ -174,11 +176,12 @@ def _kill_quietly(actor: Any) -> None:
         pass
 
 
-def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float) -> tuple[dict[int, str], dict[int, str]]:
-    """Ask ``ranks`` for their node; returns ``{rank: node}`` and ``{rank: why it did not answer}``."""
+def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float, probe: bool = False) -> tuple[dict[int, str], dict[int, str]]:
+    """Ask ``ranks`` for their node (with the supervision probe when ``probe``); returns ``{rank: node}``
+    and ``{rank: why it did not answer}``."""
     import ray
 
-    refs = {group.workers[rank].node_info.remote(): rank for rank in ranks}
+    refs = {(send_probe(group.workers[rank]) if probe else group.workers[rank].node_info.remote()): rank for rank in ranks}
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     nodes: dict[int, str] = {}
     problems: dict[int, str] = {refs[r]: f"not started after {timeout_s:.0f}s" for r in pending}

@@ -33,11 +33,14 @@ __all__ = [
 KV_NAMESPACE = "ray_supervisor"
 _RECORD_PREFIX = "record:"
 _STOP_PREFIX = "stop:"
+_CLAIM_PREFIX = "claim:"
 
 
 class DaemonState(enum.Enum):
-    """What the daemon is doing: STARTING (creating or adopting) → RUNNING → STOPPING (tearing down)."""
+    """What the daemon is doing: CONNECTING → STARTING (creating or adopting) → RUNNING → STOPPING
+    (tearing down). Records are written from STARTING on."""
 
+    CONNECTING = "connecting"
     STARTING = "starting"
     RUNNING = "running"
     STOPPING = "stopping"
@@ -88,8 +91,6 @@ class GroupRecord:
     def restarts_in_window(self, now: float) -> int:
         return sum(1 for _, _, t in self.restarts if now - t <= self.restart_window_s)
 
-    def count(self, state: str) -> int:
-        return sum(1 for r in self.ranks if r.state == state)
 
 
 @dataclass
@@ -134,17 +135,23 @@ class SupervisorRecord:
 
     @classmethod
     def from_json(cls, data: bytes | str) -> SupervisorRecord:
+        """Read a record; fields this version does not know (written by another version) are ignored."""
         raw = json.loads(data)
-        raw["pools"] = {k: PoolRecord(**v) for k, v in raw.get("pools", {}).items()}
+        raw["pools"] = {k: _known(PoolRecord, v) for k, v in raw.get("pools", {}).items()}
         raw["groups"] = {
-            k: GroupRecord(**{**v, "ranks": [RankRecord(**r) for r in v.get("ranks", [])]}) for k, v in raw.get("groups", {}).items()
+            k: _known(GroupRecord, {**v, "ranks": [_known(RankRecord, r) for r in v.get("ranks", [])]})
+            for k, v in raw.get("groups", {}).items()
         }
-        raw["failures"] = [FailureEvent(**f) for f in raw.get("failures", [])]
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        raw["failures"] = [_known(FailureEvent, f) for f in raw.get("failures", [])]
+        return _known(cls, raw)
 
     def heartbeat_age(self, now: float) -> float:
         return max(0.0, now - self.heartbeat_at)
+
+
+def _known(cls: Any, raw: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in raw.items() if k in names})
 
 
 def liveness(record: SupervisorRecord, now: float) -> Liveness:
@@ -179,6 +186,19 @@ class RecordStore:
     def delete(self, name: str) -> None:
         self._kv._internal_kv_del(_RECORD_PREFIX + name, namespace=KV_NAMESPACE)
         self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
+        self._kv._internal_kv_del(f"{_CLAIM_PREFIX}{name}:", del_by_prefix=True, namespace=KV_NAMESPACE)
+
+    def claim(self, name: str, previous_owner: str | None, owner: str) -> bool:
+        """Atomically claim the succession of ``previous_owner`` (None: a fresh record) for ``owner``.
+
+        Two daemons that read the same record and both try to take it over: exactly one gets True.
+        """
+        key = f"{_CLAIM_PREFIX}{name}:{previous_owner or '-'}"
+        existed = self._kv._internal_kv_put(key, owner.encode(), overwrite=False, namespace=KV_NAMESPACE)
+        if not existed:
+            return True
+        current = self._kv._internal_kv_get(key, namespace=KV_NAMESPACE)
+        return current is not None and current.decode() == owner
 
     def names(self) -> list[str]:
         keys = self._kv._internal_kv_list(_RECORD_PREFIX, namespace=KV_NAMESPACE) or []

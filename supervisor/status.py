@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .record import Liveness, RecordStore, SupervisorRecord, liveness
+from .supervision import WorkerState
 
 __all__ = ["PlacementGroupStatus", "GroupStatus", "SupervisorStatus", "StatusReport", "collect_status", "render_status", "status_to_json"]
 
@@ -134,8 +135,8 @@ def _supervisor_status(
     for g in record.groups.values():
         world = len(g.actor_names)
         if alive and g.ranks:
-            counts = Counter(r.state for r in g.ranks)
-            running, restarting, failed = counts["running"], counts["restarting"], counts["failed"]
+            counts = Counter(WorkerState(r.state) for r in g.ranks)
+            running, restarting, failed = counts[WorkerState.RUNNING], counts[WorkerState.RESTARTING], counts[WorkerState.FAILED]
         else:
             running = sum(1 for n in g.actor_names if (record.namespace, n) in live_actors)
             restarting, failed = 0, world - running

@@ -244,7 +244,7 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     # One rank killed and replaced: status shows the failure and the restart.
     ray.kill(ray.get_actor("counters_CounterWorker_1:0", namespace=record.namespace), no_restart=True)
     deadline = time.monotonic() + 30
-    while not (r := wait_record(name, daemon=daemon)).groups["counters"].restarts or r.groups["counters"].count("running") != 4:
+    while not (r := wait_record(name, daemon=daemon)).groups["counters"].restarts or [x.state for x in r.groups["counters"].ranks] != ["running"] * 4:
         assert time.monotonic() < deadline, "the killed rank was not replaced"
         time.sleep(0.2)
     # A demand nobody can satisfy, so both views have a pending-demand line to compare.
@@ -366,33 +366,76 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
 
 def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_path):
     a = daemons(write_spec(tmp_path, "sv-a"), "sv-a")
-    b = daemons(write_spec(tmp_path, "sv-b", grace_s=4.0), "sv-b")
+    b_spec = write_spec(tmp_path, "sv-b", grace_s=4.0)
+    b = daemons(b_spec, "sv-b")
     wait_record("sv-a", daemon=a)
     wait_record("sv-b", daemon=b)
-    a_pgs, a_actors = live_state("sv-a")
+    a_state = live_state("sv-a")
     b_pgs, b_actors = live_state("sv-b")
-    assert len(a_pgs) == len(b_pgs) == 2 and len(a_actors) == len(b_actors) == 4
+    assert len(a_state[0]) == len(b_pgs) == 2 and len(a_state[1]) == len(b_actors) == 4
     b.proc.send_signal(signal.SIGKILL)
     b.wait_exit()
 
     refused = cli("stop", "sv-b", "--address", cluster.address)
     assert refused.returncode == 1 and "sv-b is not running" in refused.stderr
-    nothing = cli("gc", "--address", cluster.address)  # b is still within its grace period
+    nothing = cli("gc", "--address", cluster.address)  # sv-b is still within its grace period
     assert nothing.returncode == 0 and "nothing to collect" in nothing.stdout
-    assert cli("stop", "sv-a", "--address", cluster.address).returncode == 0
-    assert a.wait_exit() == 0
-    assert_nothing_left("sv-a", set(a_actors.values()))
-    assert live_state("sv-b") == (b_pgs, b_actors), "stopping sv-a touched sv-b"
 
     time.sleep(4.5)  # sv-b's heartbeat is now older than its grace period
     status = cli("status", "--address", cluster.address)
     assert re.search(r"^ sv-b: daemon not running since .*orphaned", status.stdout, re.M), status.stdout
+    assert re.search(r"^ sv-a: running, pid ", status.stdout, re.M), status.stdout
     dry = cli("gc", "--dry-run", "--address", cluster.address)
-    assert dry.stdout.startswith("would remove supervisor sv-b") and "2 placement group(s), 4 actor(s)" in dry.stdout
+    assert re.fullmatch(
+        r"would remove supervisor sv-b \(heartbeat \d+s ago\): 2 placement group\(s\), 4 actor\(s\) and the record\n", dry.stdout
+    ), dry.stdout
     assert live_state("sv-b") == (b_pgs, b_actors)
     collected = cli("gc", "--address", cluster.address)
-    assert collected.returncode == 0 and "removed supervisor sv-b" in collected.stdout
+    assert collected.returncode == 0 and collected.stdout.startswith("removed supervisor sv-b"), collected.stdout
     assert_nothing_left("sv-b", set(b_actors.values()))
+    assert live_state("sv-a") == a_state, "gc touched the running sv-a"
+    forced = cli("gc", "--grace", "0", "--address", cluster.address)  # a live heartbeat is never collected
+    assert "nothing to collect" in forced.stdout and live_state("sv-a") == a_state
+
+    b2 = daemons(b_spec, "sv-b")
+    wait_record("sv-b", daemon=b2)
+    b2_state = live_state("sv-b")
+    assert cli("stop", "sv-a", "--address", cluster.address).returncode == 0
+    assert a.wait_exit() == 0
+    assert_nothing_left("sv-a", set(a_state[1].values()))
+    assert live_state("sv-b") == b2_state, "stopping sv-a touched sv-b"
+    b2.proc.send_signal(signal.SIGTERM)
+    assert b2.wait_exit() == 0
+    assert_nothing_left("sv-b", set(b2_state[1].values()))
+
+
+@pytest.mark.parametrize("how", ["sigterm", "stop_command"])
+def test_stop_while_waiting_for_resources(cluster, daemons, tmp_path, how):
+    from ray.util import placement_group, remove_placement_group
+
+    name = f"sv-starved-{how.replace('_', '-')}"
+    hog = placement_group([{"GPU": 4}, {"GPU": 4}], strategy="STRICT_SPREAD", name="gpu-hog")
+    try:
+        hog.wait(30)
+        daemon = daemons(write_spec(tmp_path, name), name)
+        wait_record(name, state="starting", daemon=daemon)
+        deadline = time.monotonic() + 30
+        while "PENDING 0/2 bundles placed" not in (text := cli("status", name, "--address", cluster.address).stdout):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.5)
+        assert f" {name}.p:pg2_2:0 PENDING 0/2 bundles placed [0:(unplaced) 1:(unplaced)]" in text.splitlines()
+        assert " {'CPU': 2.0, 'GPU': 1.0} * 2 (STRICT_PACK): 2+ pending placement groups" in text.splitlines()
+        started = time.monotonic()
+        if how == "sigterm":
+            daemon.proc.send_signal(signal.SIGTERM)
+        else:
+            result = cli("stop", name, "--address", cluster.address)
+            assert result.returncode == 0, result.stderr
+        assert daemon.wait_exit(30) == 0
+        assert time.monotonic() - started < 15, "the stop waited for the resources"
+        assert_nothing_left(name, set())
+    finally:
+        remove_placement_group(hog)
 
 
 def test_second_daemon_of_a_running_supervisor_is_refused(cluster, daemons, tmp_path):

@@ -1,0 +1,37 @@
+"""The README's main job: `supervisor start examples/rlhf/rlhf.toml` on its embedded two-node Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _ray_processes() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "gcs_server|raylet"], capture_output=True, text=True).stdout
+    return {int(pid) for pid in out.split()}
+
+
+def test_the_example_job_runs_to_completion_and_leaves_nothing_running():
+    before = _ray_processes()
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "supervisor"), "start", "examples/rlhf/rlhf.toml", "--log-json"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
+    )  # fmt: skip
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [e for e in events if e["event"] == "rlhf_step"]
+    assert [e["step"] for e in steps] == list(range(20))
+    assert all(e["rollout_s"] > 0 and e["ref_s"] > 0 and e["ref_log_prob_mean"] <= 0 for e in steps)
+    (done,) = [e for e in events if e["event"] == "rlhf_done"]
+    assert done["run_steps"] == 20
+    ready = {e["group"]: e for e in events if e["event"] == "group_ready"}
+    assert {g: e["world_size"] for g, e in ready.items()} == {"rollout": 4, "reference": 2}
+    (stopped,) = [e for e in events if e["event"] == "supervisor_stopped"]
+    assert stopped["reason"] == "driver returned" and stopped["exit_code"] == 0
+    assert not (_ray_processes() - before), "the embedded Ray was not stopped"
