@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from supervisor.daemon import ExitCode, StopReason, _restored_restarts
-from supervisor.record import FailureEvent, GroupRecord, Liveness, PoolRecord, RankRecord, SupervisorRecord, liveness
+from supervisor.record import (
+    FailureEvent,
+    GroupRecord,
+    Liveness,
+    PoolRecord,
+    RankRecord,
+    SupervisorRecord,
+    liveness,
+)
 from supervisor.status import (
     DriftedRank,
     GroupStatus,
@@ -94,3 +102,14 @@ def test_render_empty_cluster():
     text = render_status(StatusReport(generated_at=NOW))
     assert "Pools\n" + "-" * 63 + "\n (no pools)" in text
     assert "Groups\n" + "-" * 63 + "\n (no groups)\nRecent failures:\n (no failures)" in text
+
+
+def test_teardown_scope():
+    from supervisor.daemon import TeardownScope, teardown_scope
+
+    assert teardown_scope(StopReason.SIGTERM, adopting=True) is TeardownScope.EVERYTHING
+    assert teardown_scope(StopReason.GROUP_FAILED, adopting=True) is TeardownScope.EVERYTHING
+    assert teardown_scope(StopReason.START_FAILED, adopting=False) is TeardownScope.EVERYTHING
+    # A failed re-adoption keeps the job that survived the crash; a superseded daemon owns nothing.
+    assert teardown_scope(StopReason.START_FAILED, adopting=True) is TeardownScope.NOTHING
+    assert teardown_scope(StopReason.SUPERSEDED, adopting=False) is TeardownScope.NOTHING
