@@ -173,15 +173,20 @@ def stop(name: str, address: str | None, timeout_s: float) -> None:
             raise click.ClickException(_not_running(record))
         store.request_stop(name, record.owner)
         click.echo(f"asked supervisor {name} (pid {record.pid} on {record.host}) to stop; waiting...", err=True)
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        next_report = started + 5.0
         while True:
             current = store.get(name)
             if current is None or current.owner != record.owner:
                 break
             if liveness(current, time.time()) is not Liveness.ALIVE:  # it died before finishing
                 raise click.ClickException(_not_running(current))
-            if time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            if waited > timeout_s:
                 raise click.ClickException(f"supervisor {name} did not finish its teardown within {timeout_s:g}s (state {current.state})")
+            if time.monotonic() >= next_report:
+                click.echo(f"[{waited:4.0f}s] waiting for supervisor {name} to tear down (state {current.state})", err=True)
+                next_report += 5.0
             time.sleep(0.2)
     click.echo(f"supervisor {name} stopped")
 
