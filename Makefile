@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 
-.PHONY: setup run quickstart test lint clean
+.PHONY: setup tools run quickstart test lint clean
 
 setup: $(VENV)/.installed
 
@@ -26,11 +26,19 @@ run: setup
 quickstart: setup
 	$(BIN)/python examples/quickstart.py
 
-test: setup
+# Prometheus and promtool (Debian's package) for the observability tests. policy-rc.d keeps the package
+# from starting a system service: the tests run their own Prometheus on 127.0.0.1 and stop it.
+tools:
+	@command -v promtool >/dev/null || { \
+		created=0; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; created=1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; status=$$?; \
+		[ $$created = 1 ] && rm -f /usr/sbin/policy-rc.d; exit $$status; }
+
+test: setup tools
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/python -m ruff check supervisor tests examples
+	$(BIN)/python -m ruff check supervisor tests examples dashboards
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -2,17 +2,21 @@
 
 A bound method runs: dispatch (split the caller's arguments per rank) → execute (one Ray call per
 rank, or rank 0 only) → wait when blocking → collect (reduce the per-rank outputs) → strip padding that
-dispatch added.
+dispatch added. Every call's duration (to the return of a blocking call; to the submission of a
+non-blocking one) and failures are recorded in ``supervisor_dispatch_duration_seconds`` and
+``supervisor_dispatch_failures_total``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .decorator import MethodSpec, get_method_spec
 from .dispatch import PADDING_SIZE_KEY, resolve_dispatch_fns
 from .errors import DispatchError
+from .metrics import DispatchFailure, observe_dispatch
 from .modes import Dispatch, Execute
 
 __all__ = ["BoundGroupMethod", "registered_methods", "bind_registered_methods"]
@@ -68,6 +72,17 @@ class BoundGroupMethod:
         self._execute: Callable[..., Any] = group.execute_rank_zero if self._rank_zero else group.execute_all
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        failure: DispatchFailure | None = None
+        try:
+            return self._call(args, kwargs)
+        except BaseException as exc:
+            failure = _dispatch_failure(exc)
+            raise
+        finally:
+            observe_dispatch(self.group.name, self.method_name, time.perf_counter() - started, failure)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             args, kwargs = self._dispatch_fn(self.group, *args, **kwargs)
         except DispatchError as exc:
@@ -100,6 +115,24 @@ class BoundGroupMethod:
 
     def __repr__(self) -> str:
         return f"<bound group method {self.group.name_prefix}.{self.method_name} ({self.spec.dispatch_mode})>"
+
+
+def _dispatch_failure(exc: BaseException) -> DispatchFailure:
+    from .supervised_call import WorkerFailedError
+    from .supervision import GroupFailedError
+
+    if isinstance(exc, GroupFailedError):
+        return DispatchFailure.GROUP_FAILED
+    if isinstance(exc, WorkerFailedError):
+        return DispatchFailure.WORKER_FAILED
+    try:
+        import ray
+
+        if isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.GetTimeoutError):
+            return DispatchFailure.WORKER_FAILED  # an unsupervised group's rank died or did not answer
+    except ImportError:
+        pass
+    return DispatchFailure.RAISED
 
 
 def bind_registered_methods(group: Any, user_cls: type) -> list[str]:

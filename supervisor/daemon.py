@@ -240,8 +240,6 @@ class Daemon:
 
     # -- connect and claim ----------------------------------------------------------------------
     def _connect(self) -> None:
-        import ray
-
         paths = self.spec.python_path()
         init_kwargs: dict[str, Any] = {"namespace": self.spec.namespace, "log_to_driver": False, "logging_level": "WARNING"}
         if self.address:
@@ -253,7 +251,6 @@ class Daemon:
 
             self._embedded = EmbeddedRay(self.spec.ray, paths)
             self.address = self._embedded.start(**init_kwargs)
-        metrics.BUILD_INFO.labels(version=_version(), ray_version=ray.__version__).set(1)
         self._store = RecordStore()
 
     def _claim(self) -> None:
@@ -440,10 +437,7 @@ class Daemon:
     def _start_metrics(self) -> None:
         if not self.spec.metrics.enabled:
             return
-        from prometheus_client import start_http_server
-
-        server, _thread_ = start_http_server(self.spec.metrics.port, addr=self.spec.metrics.host, registry=metrics.REGISTRY)
-        self._metrics_server = server
+        self._metrics_server = metrics.serve(self.spec.metrics.port, self.spec.metrics.host)
         log.info("metrics_serving", address=self._metrics_address())
 
     def _stop_metrics(self) -> None:
@@ -490,11 +484,18 @@ class Daemon:
                     self.request_stop(StopReason.SUPERSEDED)
                     return
                 self._write_record()
+                self._publish_pool_bundles()
                 if self._stop_reason is None and self._store.stop_requested(self.spec.name, self.owner):
                     log.info("stop_requested", by="supervisor stop")
                     self.request_stop(StopReason.STOP_COMMAND)
             except Exception as exc:  # a GCS hiccup must not end the heartbeat; the next beat retries
                 log.warning("heartbeat_failed", error=first_line(exc))
+
+    def _publish_pool_bundles(self) -> None:
+        # Bundles go pending when a node is lost and Ray re-places them: refreshed every beat.
+        for pool in list(self._pools.values()):
+            if pool.pgs is not None:
+                self.hooks.on_pool_bundles(pool.name_prefix, *pool.bundle_counts())
 
     def _write_record(self) -> None:
         if self._store is None or self._record is None:
@@ -586,12 +587,6 @@ class Daemon:
             self._embedded.stop()
         elif ray.is_initialized():
             ray.shutdown()
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def _pg_sizes(pool: ResourcePool) -> list[int]:

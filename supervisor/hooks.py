@@ -59,6 +59,9 @@ class LifecycleHooks:
     def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
         """Rank 0 was replaced, so every rank got a new MASTER_ADDR/MASTER_PORT."""
 
+    def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
+        """A pool's bundles: placed on a node, or pending (waiting, or being re-placed after a node loss)."""
+
 
 class ObservingHooks(LifecycleHooks):
     """Record metrics and structured logs for every lifecycle event."""
@@ -115,6 +118,10 @@ class ObservingHooks(LifecycleHooks):
 
     def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
         log.info("rendezvous_changed", group=group, master_addr=master_addr, master_port=master_port)
+
+    def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
+        metrics.POOL_BUNDLES.labels(pool=pool, state="placed").set(placed)
+        metrics.POOL_BUNDLES.labels(pool=pool, state="pending").set(pending)
 
 
 def default_hooks() -> LifecycleHooks:

@@ -7,6 +7,9 @@ and base units; labels are bounded (never node or actor ids: those go to logs).
 
 from __future__ import annotations
 
+import enum
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 __all__ = [
@@ -26,6 +29,9 @@ __all__ = [
     "PLACEMENT_DRIFT_EVENTS",
     "KV_WAIT",
     "BUILD_INFO",
+    "DispatchFailure",
+    "observe_dispatch",
+    "serve",
 ]
 
 # `_created` series double the series count and no dashboard uses them.
@@ -81,3 +87,35 @@ KV_WAIT = Histogram(
     "supervisor_kv_wait_seconds", "Time a KV read waited for its key.", buckets=LATENCY_BUCKETS, registry=REGISTRY,
 )
 BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)
+
+
+class DispatchFailure(enum.Enum):
+    """The ``reason`` label of ``supervisor_dispatch_failures_total``."""
+
+    RAISED = "raised"  # the method raised, or the call's arguments did not fit its mode
+    WORKER_FAILED = "worker_failed"  # a rank died or hung during the call
+    GROUP_FAILED = "group_failed"  # the group is FAILED (restart budget exhausted)
+
+
+def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchFailure | None) -> None:
+    """Record one bound group method call."""
+    DISPATCH_DURATION.labels(group=group, method=method).observe(seconds)
+    if failure is not None:
+        DISPATCH_FAILURES.labels(group=group, method=method, reason=failure.value).inc()
+
+
+def serve(port: int = 9400, host: str = "127.0.0.1") -> Any:
+    """Serve these metrics on ``http://host:port/metrics`` from a background thread (one call, for a
+    trainer that drives groups without the daemon). ``port=0`` picks a free port.
+
+    Returns:
+        The HTTP server: ``server.server_port`` is the port, ``server.shutdown()`` stops it.
+    """
+    import ray
+    from prometheus_client import start_http_server
+
+    from . import __version__
+
+    BUILD_INFO.labels(version=__version__, ray_version=ray.__version__).set(1)
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    return server

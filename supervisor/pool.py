@@ -249,7 +249,9 @@ class ResourcePool:
                 )
                 created.append(pg)
                 pgs.append(pg)
+            hooks.on_pool_bundles(self.name_prefix, 0, sum(self._store))
             wait_for_placement_groups(demand, pgs, timeout_s, progress_interval_s, hooks)
+            hooks.on_pool_bundles(self.name_prefix, sum(self._store), 0)
             self.pgs = self._rank_order(ray, pgs)
             self._record_original_nodes()
         except BaseException:
@@ -285,6 +287,18 @@ class ResourcePool:
 
     def _record_original_nodes(self) -> None:
         self._original_nodes = {(b.pg_index, b.bundle_index): b.node_id for b in self.current_bundle_nodes()}
+
+    def bundle_counts(self) -> tuple[int, int]:
+        """``(placed, pending)`` bundles of the pool right now (pending: not yet placed, or being
+        re-placed after its node was lost)."""
+        from ray.util import placement_group_table
+
+        placed = total = 0
+        for pg in self.pgs or []:
+            table = placement_group_table(pg)
+            total += len(pg.bundle_specs)
+            placed += sum(1 for node in table.get("bundles_to_node_id", {}).values() if node)
+        return placed, total - placed
 
     def current_bundle_nodes(self) -> list[BundlePlacement]:
         """Where every bundle is right now (Ray re-places bundles of a lost node elsewhere)."""

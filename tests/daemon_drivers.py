@@ -29,3 +29,22 @@ def count_steps(ctx: DriverContext) -> None:
         ctx.save_progress({"step": step + 1})
         ctx.stop_requested.wait(interval)
     log.info("count_steps_done", start_step=start, steps=steps)
+
+
+def traffic(ctx: DriverContext) -> None:
+    """Calls until stopped: ``add`` on every rank, and every ``fail_every``-th step a call that raises
+    (so latency and failure metrics have data). Calls during a recovery wait for it (supervised)."""
+    group = ctx.groups[ctx.args.get("group", "counters")]
+    fail_every = int(ctx.args.get("fail_every", 5))
+    step = 0
+    while not ctx.stop_requested.wait(float(ctx.args.get("interval_s", 0.1))):
+        try:
+            group.add(1)
+            if step % fail_every == 0:
+                try:
+                    group.fail("a method that raises")
+                except Exception:
+                    pass
+        except Exception as exc:  # a rank died mid-call (the call raises under the default policy)
+            ctx.log.info("traffic_call_failed", error=str(exc)[:200])
+        step += 1

@@ -20,6 +20,10 @@ class CounterWorker(Worker):
         self.value += n
         return self.value
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail(self, message: str) -> None:
+        raise ValueError(message)
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def add_nonblocking(self, n: int) -> int:
         self.value += n

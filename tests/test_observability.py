@@ -1,0 +1,266 @@
+"""Metrics, dashboards and alerts against real data: a real Prometheus (Debian's 2.42 binary, on
+127.0.0.1, 1 s scrapes, temporary storage, stopped by pid) scrapes a real `supervisor start` daemon
+whose group serves calls, has a worker SIGKILLed and loses its node (so drift happens); then every
+panel query and every variable query of every dashboard must return a non-empty success."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO = TESTS_DIR.parent
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+JOB = "ray-supervisor"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:  # Prometheus says why in the body (e.g. a parse error)
+        raise AssertionError(f"{exc.code} for {urllib.parse.unquote(url)}: {exc.read().decode()[:500]}") from None
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory):
+    """A four-node cluster (CPU head, three nodes of 2 GPUs), a daemon with traffic, a kill and a node
+    loss, and a Prometheus that scraped it all. Yields (prometheus URL, metrics URL)."""
+    assert Path(PROMETHEUS).exists() and Path(PROMTOOL).exists(), "install Debian's prometheus package (CI does)"
+    import ray
+    from ray.cluster_utils import Cluster
+
+    tmp = tmp_path_factory.mktemp("observability")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
+    daemon = prometheus = None
+    try:
+        nodes = [cluster.add_node(num_cpus=4, num_gpus=2) for _ in range(3)]
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, namespace="observability-tests")
+        metrics_port, prom_port = free_port(), free_port()
+        spec = tmp / "obs.toml"
+        spec.write_text(
+            textwrap.dedent(
+                f"""
+                [supervisor]
+                name = "sv-obs"
+                heartbeat_interval_s = 0.5
+                [ray]
+                python_path = ["{TESTS_DIR}"]
+                [pools.p]
+                process_on_nodes = [2]
+                resource_timeout_s = 120
+                [groups.counters]
+                pool = "p"
+                class = "workers:CounterWorker"
+                probe_period_s = 1.0
+                in_flight = "retry"
+                init_method = "add"
+                init_kwargs = {{ n = 0 }}
+                [metrics]
+                port = {metrics_port}
+                [driver]
+                function = "daemon_drivers:traffic"
+                [driver.args]
+                interval_s = 0.05
+                """
+            )
+        )
+        log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - closed below
+        daemon = subprocess.Popen(
+            [str(BIN / "supervisor"), "start", str(spec), "--address", cluster.address, "--log-json"], stdout=log, stderr=subprocess.STDOUT, env=ENV
+        )
+        config = tmp / "prometheus.yml"
+        config.write_text(
+            f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+            f"  - job_name: {JOB}\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        )
+        prometheus = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+            stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w"),  # noqa: SIM115
+        )  # fmt: skip
+        prom = f"http://127.0.0.1:{prom_port}"
+        record = _wait_running("sv-obs", daemon, tmp / "daemon.log")
+        time.sleep(3)  # steady traffic, scraped
+        # A worker SIGKILLed: a failure detected, a restart, a recovery.
+        handle = ray.get_actor(record.groups["counters"].actor_names[1], namespace=record.namespace)
+        from supervisor.worker import send_probe
+
+        info = ray.get(send_probe(handle), timeout=30)
+        os.kill(info["pid"], signal.SIGKILL)
+        _wait(lambda: _record("sv-obs").groups["counters"].restarts, "the killed worker's restart")
+        # The pool's node lost: its bundles are re-placed on a spare node, the replacements drift.
+        node_of_pool = _record("sv-obs").groups["counters"].ranks[0].node_id
+        (victim,) = [n for n in nodes if n.node_id == node_of_pool]
+        cluster.remove_node(victim)
+        _wait(lambda: sum(r.drifted for r in _record("sv-obs").groups["counters"].ranks) == 2, "drift of both ranks", 120)
+        _wait(lambda: _prom_value(prom, 'sum(supervisor_placement_drift_workers{job="ray-supervisor"})') == 2, "drift scraped")
+        time.sleep(5)  # traffic on the recovered group, scraped
+        yield prom, f"http://127.0.0.1:{metrics_port}/metrics"
+    finally:
+        if daemon is not None and daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(30)
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _record(name: str):
+    from supervisor.record import RecordStore
+
+    return RecordStore().get(name)
+
+
+def _wait(predicate, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _wait_running(name: str, daemon: subprocess.Popen, log: Path):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        record = _record(name)
+        if record is not None and record.state == "running":
+            return record
+        if daemon.poll() is not None:
+            raise AssertionError(f"daemon exited: {log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    raise AssertionError("daemon not running")
+
+
+def _query(prom: str, expr: str) -> dict:
+    return http_json(f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+
+
+def _prom_value(prom: str, expr: str) -> float | None:
+    result = _query(prom, expr)["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+def dashboards() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((REPO / "dashboards").glob("*.json"))]
+
+
+def substitute(expr: str, instance: str) -> str:
+    """Grafana's variables and macros as Grafana would fill them for this test's data."""
+    # A regex inside a PromQL string literal: its backslashes are escaped once more.
+    values = {"job": JOB, "instance": re.escape(instance).replace("\\", "\\\\"), "group": ".*", "pool": ".*", "method": ".*"}
+    expr = expr.replace("$__rate_interval", "30s").replace("$__interval", "5s").replace("$__range", "5m")
+    for name, value in values.items():
+        expr = expr.replace("${" + name + "}", value).replace("$" + name, value)
+    assert "$" not in expr, f"unsubstituted variable in {expr}"
+    return expr
+
+
+def test_every_design_metric_is_exported_and_promtool_accepts_the_exposition(scraped):
+    _, metrics_url = scraped
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        exposition = response.read().decode()
+    check = subprocess.run([PROMTOOL, "check", "metrics"], input=exposition, capture_output=True, text=True)
+    assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), check.stdout + check.stderr
+    names = set(re.findall(r"^# TYPE (\S+) ", exposition, re.M))
+    design = {
+        "supervisor_dispatch_duration_seconds", "supervisor_dispatch_failures_total", "supervisor_resource_wait_seconds",
+        "supervisor_pool_bundles", "supervisor_init_attempts_total", "supervisor_workers", "supervisor_worker_restarts_total",
+        "supervisor_failure_detection_seconds", "supervisor_recovery_seconds", "supervisor_placement_drift_workers",
+        "supervisor_placement_drift_events_total", "supervisor_kv_wait_seconds", "supervisor_build_info",
+    }  # fmt: skip
+    assert {n.removesuffix("_total") for n in design} <= {n.removesuffix("_total") for n in names}
+    assert "_created" not in exposition
+    for metric in design:
+        assert f"# HELP {metric.removesuffix('_total')}" in exposition or f"# HELP {metric}" in exposition
+    # Latency buckets 100 µs .. 60 s; resource wait up to 30 min.
+    assert 'supervisor_dispatch_duration_seconds_bucket{group="counters",le="0.0001",method="add"}' in exposition
+    assert 'le="60.0"' in exposition and 'supervisor_resource_wait_seconds_bucket{le="1800.0",pool="sv-obs.p"}' in exposition
+
+
+def test_the_kill_and_the_drift_are_in_prometheus(scraped):
+    prom, _ = scraped
+    sel = f'job="{JOB}",group="counters"'
+    # One kill, then both ranks lost with their node (the first death may be classified before the
+    # GCS marks the node dead, so "died" or "node_lost" for that one).
+    assert _prom_value(prom, f"sum(supervisor_worker_restarts_total{{{sel}}})") >= 3
+    assert _prom_value(prom, f'sum(supervisor_worker_restarts_total{{{sel},reason="node_lost"}})') >= 1
+    assert _prom_value(prom, f"supervisor_placement_drift_events_total{{{sel}}}") == 2
+    assert _prom_value(prom, f"supervisor_failure_detection_seconds_count{{{sel}}}") >= 1  # when the GCS dated the death
+    assert _prom_value(prom, f'supervisor_dispatch_failures_total{{{sel},method="fail",reason="raised"}}') >= 1
+    assert _prom_value(prom, f'supervisor_workers{{{sel},state="running"}}') == 2
+    assert _prom_value(prom, f'supervisor_pool_bundles{{job="{JOB}",pool="sv-obs.p",state="placed"}}') == 2
+
+
+def test_every_dashboard_query_returns_data(scraped):
+    prom, metrics_url = scraped
+    instance = urllib.parse.urlparse(metrics_url).netloc
+    boards = dashboards()
+    assert len(boards) >= 4, "dashboards/ holds the generated dashboards"
+    proven = 0
+    for board in boards:
+        for panel in board.get("panels", []):
+            for target in panel.get("targets", []):
+                expr = substitute(target["expr"], instance)
+                response = _query(prom, expr)
+                assert response["status"] == "success", (board["title"], panel["title"], expr)
+                assert response["data"]["result"], f"{board['title']} / {panel['title']}: no data for {expr}"
+                proven += 1
+        for variable in board.get("templating", {}).get("list", []):
+            if variable.get("type") != "query":
+                continue
+            query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+            match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query.strip())
+            assert match, f"variable {variable['name']}: {query}"
+            selector, label = substitute(match.group(1), instance), match.group(2)
+            values = http_json(f"{prom}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}))
+            assert values["status"] == "success" and values["data"], f"variable {variable['name']}: no values for {query}"
+            proven += 1
+    print(f"{proven} dashboard queries proven against real data")
+    assert proven >= 20
+
+
+def test_a_trainer_without_the_daemon_serves_the_same_metrics_in_one_call():
+    from supervisor import metrics
+
+    server = metrics.serve(0)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+    assert "# HELP supervisor_dispatch_duration_seconds " in text and "supervisor_build_info{" in text
+    assert "python_gc" not in text  # only the supervisor's own registry

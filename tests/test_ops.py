@@ -1,0 +1,293 @@
+"""Checks of the operations material in ops/: Prometheus config and alert rules (with promtool),
+alert unit-test coverage, metric names, and every YAML manifest.
+
+promtool comes with Debian's ``prometheus`` package (``apt-get install prometheus``); these tests
+fail without it rather than skip, so a CI machine lacking it cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ROOT / "ops"
+ALERTS = OPS / "alerts.yml"
+ALERTS_TEST = OPS / "alerts_test.yml"
+
+# The exported metrics (the design table): name -> (type, labels with their enumerated values, or
+# None where any value is allowed).
+EXPORTED: dict[str, tuple[str, dict[str, tuple[str, ...] | None]]] = {
+    "supervisor_dispatch_duration_seconds": ("histogram", {"group": None, "method": None}),
+    "supervisor_dispatch_failures_total": (
+        "counter", {"group": None, "method": None, "reason": ("raised", "worker_failed", "group_failed")},
+    ),
+    "supervisor_resource_wait_seconds": ("histogram", {"pool": None}),
+    "supervisor_pool_bundles": ("gauge", {"pool": None, "state": ("placed", "pending")}),
+    "supervisor_init_attempts_total": ("counter", {"group": None, "outcome": ("ok", "raised", "timed_out", "died")}),
+    "supervisor_workers": ("gauge", {"group": None, "state": ("running", "restarting", "failed")}),
+    "supervisor_worker_restarts_total": ("counter", {"group": None, "reason": ("died", "hung", "node_lost", "init_failed")}),
+    "supervisor_failure_detection_seconds": ("histogram", {"group": None}),
+    "supervisor_recovery_seconds": ("histogram", {"group": None}),
+    "supervisor_placement_drift_workers": ("gauge", {"group": None}),
+    "supervisor_placement_drift_events_total": ("counter", {"group": None}),
+    "supervisor_build_info": ("gauge", {"version": None, "ray_version": None}),
+}
+# Labels Prometheus adds to every scraped series.
+TARGET_LABELS = {"job": None, "instance": None}
+JOB = "ray-supervisor"
+
+PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "offset", "bool"}
+
+
+def series_names() -> dict[str, str]:
+    """Every series name a query may use -> its metric family (histograms: _bucket, _sum, _count)."""
+    names = {"up": "up"}
+    for name, (kind, _labels) in EXPORTED.items():
+        names[name] = name
+        if kind == "histogram":
+            for suffix in ("_bucket", "_sum", "_count"):
+                names[name + suffix] = name
+    return names
+
+
+def metric_names_in(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects (functions, keywords, labels and durations removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range and subquery durations
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)  # grouping labels
+    text = re.sub(r"\boffset\s+\w+", "", text)
+    names = set()
+    for m in re.finditer(r"(?<![\w.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", text):
+        word, call = m.group(1), m.group(2)
+        if call or word in PROMQL_KEYWORDS or word in ("inf", "nan", "Inf", "NaN"):
+            continue
+        names.add(word)
+    return names
+
+
+def matchers_in(expr: str) -> list[tuple[str, str, str, str]]:
+    """(metric, label, operator, value) of every label matcher that follows a metric name."""
+    found = []
+    for m in re.finditer(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}", expr):
+        for lm in re.finditer(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', m.group(2)):
+            found.append((m.group(1), lm.group(1), lm.group(2), lm.group(3)))
+    return found
+
+
+def load_yaml(path: Path) -> list:
+    with path.open() as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def alert_rules() -> list[dict]:
+    (doc,) = load_yaml(ALERTS)
+    return [rule for group in doc["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def find_promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail(
+            "promtool not found on PATH: install Debian's prometheus package (`apt-get install prometheus`; it "
+            "provides /usr/bin/promtool, and these tests never start its service). CI's set-up must install it too.",
+            pytrace=False,
+        )
+    return path
+
+
+def run_promtool(*args: str) -> str:
+    # From ops/, where the relative paths of the commands and of the files' rule_files resolve.
+    proc = subprocess.run([find_promtool(), *args], cwd=OPS, capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"promtool {' '.join(args)} exited {proc.returncode}:\n{output}"
+    assert "SUCCESS" in output, output
+    return output
+
+
+# -- promtool ------------------------------------------------------------------------------------
+def test_promtool_check_config() -> None:
+    output = run_promtool("check", "config", "prometheus.yml")
+    assert "SUCCESS: 1 rule files found" in output
+    assert "FAILED" not in output
+
+
+def test_promtool_check_rules() -> None:
+    output = run_promtool("check", "rules", "alerts.yml")
+    assert f"SUCCESS: {len(alert_rules())} rules found" in output
+
+
+def test_promtool_test_rules() -> None:
+    output = run_promtool("test", "rules", "alerts_test.yml")
+    assert "FAILED" not in output
+
+
+# -- alert rules -----------------------------------------------------------------------------------
+def test_every_yaml_file_parses() -> None:
+    files = sorted([*OPS.rglob("*.yml"), *OPS.rglob("*.yaml")])
+    assert len(files) >= 8, files
+    for path in files:
+        docs = load_yaml(path)
+        assert docs, f"{path} is empty"
+        assert all(isinstance(d, dict) for d in docs), f"{path}: every document must be a mapping"
+
+
+def test_alerts_are_the_expected_ones_with_for_severity_and_annotations() -> None:
+    (doc,) = load_yaml(ALERTS)
+    assert [g["name"] for g in doc["groups"]] == [JOB]
+    rules = alert_rules()
+    names = [r["alert"] for r in rules]
+    assert len(names) == len(set(names)), names
+    for expected in (
+        "SupervisorRestartStorm", "SupervisorGroupFailed", "SupervisorPlacementDrift", "SupervisorDispatchLatencyHigh",
+        "SupervisorResourceWaitTooLong", "SupervisorDown",
+    ):
+        assert expected in names
+    for rule in rules:
+        name = rule["alert"]
+        assert re.fullmatch(r"\d+[smh]", str(rule.get("for", ""))), f"{name}: needs a `for` duration"
+        assert rule["labels"]["severity"] in ("critical", "warning"), name
+        annotations = rule["annotations"]
+        assert set(annotations) >= {"summary", "description", "runbook"}, name
+        assert "$labels" in annotations["description"] or "$value" in annotations["description"], name
+        assert len(annotations["runbook"]) > 40, f"{name}: the runbook should say what to do"
+
+
+def test_alerts_use_only_exported_metrics_and_known_label_values() -> None:
+    known = series_names()
+    for rule in alert_rules():
+        expr = rule["expr"]
+        used = metric_names_in(expr)
+        assert used, f"{rule['alert']}: no metric found in {expr!r}"
+        unknown = used - known.keys()
+        assert not unknown, f"{rule['alert']} uses metrics that are not exported: {sorted(unknown)}"
+        for metric, label, op, value in matchers_in(expr):
+            family = known[metric]
+            labels = {**TARGET_LABELS, **(EXPORTED[family][1] if family in EXPORTED else {})}
+            assert label in labels, f"{rule['alert']}: {metric} has no label {label!r}"
+            if label == "job":
+                assert value == JOB, f"{rule['alert']}: the scrape job is {JOB!r}"
+            allowed = labels[label]
+            if op == "=" and allowed is not None:
+                assert value in allowed, f"{rule['alert']}: {metric}{{{label}={value!r}}} never exists ({allowed})"
+
+
+def test_metric_name_extraction() -> None:
+    expr = 'histogram_quantile(0.99, sum by (le, group) (rate(foo_bucket{state="x y", job=~"a|b"}[5m] offset 1h))) > 30 and on (group) bar'
+    assert metric_names_in(expr) == {"foo_bucket", "bar"}
+    assert matchers_in(expr) == [("foo_bucket", "state", "=", "x y"), ("foo_bucket", "job", "=~", "a|b")]
+    assert metric_names_in('absent(up{job="ray-supervisor"})') == {"up"}
+
+
+def test_exported_metrics_match_the_registry() -> None:
+    from supervisor import metrics
+
+    families = {}
+    for family in metrics.REGISTRY.collect():
+        name = family.name + "_total" if family.type == "counter" else family.name
+        families[name] = family.type
+    for name, (kind, _labels) in EXPORTED.items():
+        assert families.get(name) == kind, f"{name} ({kind}) is not in supervisor.metrics.REGISTRY: {families}"
+
+
+def test_every_alert_has_a_firing_and_a_silent_test_case() -> None:
+    (tests,) = load_yaml(ALERTS_TEST)
+    assert tests["rule_files"] == ["alerts.yml"]
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for group in tests["tests"]:
+        assert group.get("input_series"), group.get("name")
+        for case in group.get("alert_rule_test", []):
+            (firing if case.get("exp_alerts") else silent).add(case["alertname"])
+            for alert in case.get("exp_alerts") or []:
+                assert alert["exp_labels"].get("severity"), case
+                assert set(alert["exp_annotations"]) >= {"summary", "description", "runbook"}, case
+    names = {r["alert"] for r in alert_rules()}
+    # promtool accepts a test of an alert that does not exist (it never fires): catch misspellings.
+    assert (firing | silent) <= names, f"tests of unknown alerts: {sorted((firing | silent) - names)}"
+    assert not names - firing, f"alerts without a firing test case: {sorted(names - firing)}"
+    assert not names - silent, f"alerts without a non-firing test case: {sorted(names - silent)}"
+
+
+# -- Prometheus, Grafana, systemd, Kubernetes ------------------------------------------------------
+def test_prometheus_scrape_config() -> None:
+    (config,) = load_yaml(OPS / "prometheus.yml")
+    assert config["rule_files"] == ["alerts.yml"]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == JOB]
+    assert job["scrape_interval"] == "15s"
+    targets = [t for sc in job["static_configs"] for t in sc["targets"]]
+    assert "127.0.0.1:9400" in targets
+
+
+def test_grafana_provisioning() -> None:
+    (ds_doc,) = load_yaml(OPS / "grafana/provisioning/datasources/prometheus.yml")
+    (ds,) = ds_doc["datasources"]
+    assert (ds["name"], ds["uid"], ds["type"], ds["url"]) == ("Prometheus", "prometheus", "prometheus", "http://127.0.0.1:9090")
+    (dash_doc,) = load_yaml(OPS / "grafana/provisioning/dashboards/ray-supervisor.yml")
+    (provider,) = dash_doc["providers"]
+    assert provider["type"] == "file"
+    assert provider["folder"] == JOB
+    assert provider["options"]["foldersFromFilesStructure"] is False
+    assert provider["options"]["path"]
+
+
+def test_systemd_unit() -> None:
+    settings: dict[str, list[str]] = {}
+    for line in (OPS / "systemd/ray-supervisor.service").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    (exec_start,) = settings["ExecStart"]
+    assert exec_start.startswith("/") and "supervisor start /etc/ray-supervisor/job.toml" in exec_start
+    assert settings["KillMode"] == ["mixed"]
+    assert settings["KillSignal"] == ["SIGTERM"]
+    assert int(settings["TimeoutStopSec"][0]) >= 60
+    assert settings["Restart"] == ["on-failure"]
+    assert settings["RestartSec"]
+    assert settings["RestartPreventExitStatus"] == ["2"]
+    assert any(v.startswith("RAY_ADDRESS=") for v in settings["Environment"])
+    assert settings["User"] and settings["User"] != ["root"]
+
+
+def test_kuberay_manifests() -> None:
+    from supervisor.spec import parse_spec
+
+    (cluster,) = load_yaml(OPS / "kuberay/raycluster.yaml")
+    assert (cluster["apiVersion"], cluster["kind"]) == ("ray.io/v1", "RayCluster")
+    spec = cluster["spec"]
+    assert "rayStartParams" in spec["headGroupSpec"]
+    gpu_groups = [
+        g for g in spec["workerGroupSpecs"]
+        if any("nvidia.com/gpu" in c["resources"]["limits"] for c in g["template"]["spec"]["containers"])
+    ]
+    assert gpu_groups and all("rayStartParams" in g for g in gpu_groups)
+
+    docs = {d["kind"]: d for d in load_yaml(OPS / "kuberay/supervisor-deployment.yaml")}
+    deployment, service, config_map = docs["Deployment"], docs["Service"], docs["ConfigMap"]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RAY_ADDRESS"].endswith("-head-svc:6379") and env["RAY_ADDRESS"].startswith(cluster["metadata"]["name"])
+    assert 9400 in [p["containerPort"] for p in container["ports"]]
+    assert "livenessProbe" not in container  # a kubelet restart is a SIGTERM: it would tear the job down
+    mounted = {v["name"]: v for v in pod["spec"]["volumes"]}
+    spec_mounts = [m for m in container["volumeMounts"] if mounted[m["name"]].get("configMap", {}).get("name") == config_map["metadata"]["name"]]
+    assert [m["mountPath"] for m in spec_mounts] == ["/etc/ray-supervisor"]
+    assert "/etc/ray-supervisor/job.toml" in " ".join(container["args"])
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert [p["port"] for p in service["spec"]["ports"]] == [9400]
+    assert service["metadata"]["name"] == JOB  # a ServiceMonitor's job label is the Service's name
+
+    # The spec in the ConfigMap is valid (classes imported from the repository's examples).
+    job = parse_spec(config_map["data"]["job.toml"], source="ConfigMap job.toml", base_dir=ROOT, check_imports=True)
+    assert (job.metrics.host, job.metrics.port) == ("0.0.0.0", 9400)
+    assert job.ray.address is None  # RAY_ADDRESS from the Deployment
