@@ -200,6 +200,33 @@ def _not_running(record: Any) -> str:
 
 
 @main.command()
+@click.option("--spec", "spec_path", default=None, type=click.Path(dir_okay=False), help="Also check this spec's budget against the cluster.")
+@_ADDRESS
+@_JSON
+def doctor(spec_path: str | None, address: str | None, as_json: bool) -> None:
+    """Triage a stuck or slow job: what blocks scheduling, which ranks fail their init, and what hurts
+    after start, each with a suggested fix. Exit 0 when nothing is found, 1 otherwise."""
+    from .doctor import diagnose, gather_facts, render_findings
+    from .spec import SpecError, load_spec
+
+    spec = None
+    if spec_path:
+        try:
+            spec = load_spec(spec_path, check_imports=False, check_budget=False)
+        except SpecError as exc:
+            for line in str(exc).splitlines():
+                click.echo(f"error: {line}", err=True)
+            sys.exit(2)
+    with _connected(address):
+        findings = diagnose(gather_facts(spec))
+    if as_json:
+        click.echo(json.dumps([f.as_dict() for f in findings], indent=2))
+    else:
+        click.echo(render_findings(findings))
+    sys.exit(1 if findings else 0)
+
+
+@main.command()
 @_ADDRESS
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 @click.option(

@@ -34,9 +34,11 @@ from typing import Any
 
 from . import metrics
 from .actor_class import ClassWithInitArgs
+from .budget import cluster_misfits, cpu_oversubscription
 from .cluster import connect
+from .cluster_state import read_snapshot
 from .driver import DriverContext, DriverRun
-from .errors import SupervisorError, first_line
+from .errors import ConfigError, SupervisorError, first_line
 from .group import WorkerGroup
 from .hooks import ObservingHooks
 from .init_policy import RankAttempt
@@ -106,6 +108,10 @@ def teardown_scope(reason: StopReason, adopting: bool) -> TeardownScope:
     if reason is StopReason.SUPERSEDED or (reason is StopReason.START_FAILED and adopting):
         return TeardownScope.NOTHING
     return TeardownScope.EVERYTHING
+
+
+class BudgetError(ConfigError):
+    """The spec's pools and groups cannot fit the cluster (or a bundle); nothing was created."""
 
 
 class AlreadyRunningError(SupervisorError):
@@ -278,6 +284,7 @@ class Daemon:
             heartbeat_interval_s=self.spec.supervisor.heartbeat_interval_s,
             orphan_grace_s=self.spec.supervisor.orphan_grace_s,
             ray_address=self.address,
+            ray_version=_ray_version(),
             metrics_address=self._metrics_address(),
             pools=dict(previous.pools) if previous else {},
             groups=dict(previous.groups) if previous else {},
@@ -291,11 +298,43 @@ class Daemon:
 
     # -- start ----------------------------------------------------------------------------------
     def _start(self) -> None:
+        self._check_cluster_budget()
         self._remove_unexpected()
         for name in self.spec.groups_in_start_order():
             self._start_group(name, self.spec.groups[name])
+        self._warn_cpu_oversubscription()
         if self.spec.driver is not None:
             self._start_driver()
+
+    def _check_cluster_budget(self) -> None:
+        # Pre-flight, before any placement group exists: pools that together cannot fit the cluster
+        # would wait forever (the per-bundle budget was checked with the spec).
+        used = {g.pool for g in self.spec.groups.values()}
+        totals = {
+            name: self._pool(name, create=False).demand().total
+            for name in self.spec.pools
+            if name in used and not self.spec.pools[name].autoscaling
+        }
+        misfits = cluster_misfits(totals, read_snapshot().total)
+        if misfits:
+            raise BudgetError("budget: " + "; ".join(misfits))
+
+    def _warn_cpu_oversubscription(self) -> None:
+        # Data processes are invisible to Ray's scheduler: say so when a node's workers need more CPUs
+        # than it has (the job runs, slower). Shown by `supervisor status` too.
+        snapshot = read_snapshot()
+        node_cpus = {n.node_id: n.total.get("CPU", 0.0) for n in snapshot.alive_nodes}
+        placements = [
+            (node, m.spec.worker_budget(m.name, self.spec.pools[m.spec.pool]))
+            for m in self._groups
+            for node in m.group.rank_nodes.values()
+        ]
+        warnings = [load.describe() for load in cpu_oversubscription(placements, node_cpus)]
+        for warning in warnings:
+            log.warning("cpu_oversubscribed", detail=warning)
+        with self._lock:
+            assert self._record is not None
+            self._record.warnings = [f"CPU oversubscribed: {w}" for w in warnings]
 
     def _expected(self) -> tuple[set[str], set[str]]:
         """Placement-group names and actor names the spec describes."""
@@ -361,6 +400,8 @@ class Daemon:
     def _start_group(self, name: str, spec: GroupSpec) -> None:
         pool = self._pool(spec.pool)
         cls_with_init = ClassWithInitArgs(self._import(spec.worker_class), *spec.args, **spec.kwargs)
+        budget = spec.worker_budget(name, self.spec.pools[spec.pool])
+        cls_with_init.update_options({"num_cpus": budget.cpus, "num_gpus": budget.gpus})
         prefix = self.spec.group_prefix(name)
         earlier = self._previous.groups.get(name) if self._previous else None
         slots = pool.rank_slots()
@@ -587,6 +628,12 @@ class Daemon:
             self._embedded.stop()
         elif ray.is_initialized():
             ray.shutdown()
+
+
+def _ray_version() -> str:
+    import ray
+
+    return ray.__version__
 
 
 def _pg_sizes(pool: ResourcePool) -> list[int]:

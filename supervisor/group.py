@@ -194,7 +194,7 @@ class WorkerGroup:
             ),
         )
         if pool.use_gpu:
-            options["num_gpus"] = 1 / pool.max_colocate_count
+            options.setdefault("num_gpus", 1 / pool.max_colocate_count)  # an even share unless the class says
         # Worker subclasses carry the supervisor's sentinel and probe, which run in their own groups.
         groups = SUPERVISION_CONCURRENCY_GROUPS if issubclass(cls_with_init.user_cls, Worker) else None
         if self.detached:

@@ -124,11 +124,13 @@ class SupervisorRecord:
     orphan_grace_s: float
     state: str = DaemonState.STARTING.value
     ray_address: str | None = None
+    ray_version: str | None = None  # the daemon's (doctor compares it with the cluster's)
     metrics_address: str | None = None
     pools: dict[str, PoolRecord] = field(default_factory=dict)
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     failures: list[FailureEvent] = field(default_factory=list)
     driver_progress: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. CPU oversubscription, found at start
 
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()

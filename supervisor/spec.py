@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .budget import WorkerBudget, bundle_misfits
 from .errors import ConfigError, first_line
 from .init_policy import InitPolicy
 from .layout import bundle_resources, check_process_on_nodes, validate_name_prefix
@@ -114,6 +115,9 @@ class GroupSpec:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    cpus_per_worker: float = 1.0  # reserved in the bundle (Ray's num_cpus)
+    gpus_per_worker: float | None = None  # reserved in the bundle; None: 1/max_colocate_count of the pool
+    data_processes_per_worker: int = 0  # processes each worker starts itself (data loaders), ~1 CPU each
     actor_start_timeout_s: float = 120.0
     init_method: str | None = None
     init_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -130,6 +134,11 @@ class GroupSpec:
     in_flight: InFlightPolicy | None = None  # None: retry idempotent methods, raise otherwise
     shutdown_method: str | None = None
     shutdown_timeout_s: float = 10.0
+
+    def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
+        """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
+        gpus = self.gpus_per_worker if self.gpus_per_worker is not None else (1 / pool.max_colocate_count if pool.use_gpu else 0.0)
+        return WorkerBudget(name, self.pool, self.cpus_per_worker, gpus, self.data_processes_per_worker)
 
     def init_policy(self) -> InitPolicy:
         return InitPolicy(timeout_s=self.init_timeout_s, attempts=self.init_attempts)
@@ -205,6 +214,13 @@ class SupervisorSpec:
         dirs = [os.getcwd(), *(str((self.base_dir / p).resolve()) for p in self.ray.python_path)]
         return list(dict.fromkeys(dirs))
 
+    def worker_budgets(self) -> list[WorkerBudget]:
+        return [g.worker_budget(name, self.pools[g.pool]) for name, g in self.groups.items() if g.pool in self.pools]
+
+    def bundles(self) -> dict[str, dict[str, float]]:
+        """Resources of one bundle of each pool."""
+        return {name: bundle_resources(p.max_colocate_count, p.use_gpu) for name, p in self.pools.items()}
+
     def groups_in_start_order(self) -> list[str]:
         """Groups in the order they are declared (started in this order, stopped in reverse)."""
         return list(self.groups)
@@ -217,13 +233,15 @@ _SUPERVISOR_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
 
 
-def load_spec(path: str | os.PathLike[str], check_imports: bool = True) -> SupervisorSpec:
+def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_budget: bool = True) -> SupervisorSpec:
     """Read and validate a spec file.
 
     Args:
         path: the TOML file.
         check_imports: also import every worker class and the driver function (with the spec's
             python_path on ``sys.path``), so a typo fails here rather than in the cluster.
+        check_budget: also require the groups colocated in a pool to fit one bundle (``supervisor
+            doctor`` turns that off to report misfits as findings).
 
     Raises:
         SpecError: one line per problem; nothing has been created anywhere.
@@ -233,10 +251,12 @@ def load_spec(path: str | os.PathLike[str], check_imports: bool = True) -> Super
         text = Path(path).read_text()
     except OSError as exc:
         raise SpecError(source, [f"cannot read the spec: {exc.strerror or exc}"]) from None
-    return parse_spec(text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports)
+    return parse_spec(text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports, check_budget=check_budget)
 
 
-def parse_spec(text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True) -> SupervisorSpec:
+def parse_spec(
+    text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True, check_budget: bool = True
+) -> SupervisorSpec:
     """Parse and validate spec text (see :func:`load_spec`)."""
     try:
         raw = tomllib.loads(text)
@@ -261,6 +281,8 @@ def parse_spec(text: str, source: str = "<spec>", base_dir: Path | None = None, 
     problems += [
         p for p in _check_semantics(spec, raw_tables, bool(named["pools"]) or "pools" not in raw) if not _under(p.partition(": ")[0], mistyped)
     ]
+    if check_budget and not problems:  # the budget is only meaningful over valid numbers
+        problems += [f"pools.{pool}: {arithmetic}" for pool, arithmetic in bundle_misfits(spec.bundles(), spec.worker_budgets())]
     if check_imports and not problems:
         problems += _check_imports(spec)
     if problems:
@@ -447,6 +469,12 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
             positive(f"{path}.{key}", getattr(group, key))
         positive(f"{path}.backoff_initial_s", group.backoff_initial_s, allow_zero=True)
         positive(f"{path}.backoff_max_s", group.backoff_max_s, allow_zero=True)
+        positive(f"{path}.cpus_per_worker", group.cpus_per_worker, allow_zero=True)
+        positive(f"{path}.gpus_per_worker", group.gpus_per_worker, allow_zero=True)
+        if group.data_processes_per_worker < 0:
+            problems.append(f"{path}.data_processes_per_worker: must be >= 0, got {group.data_processes_per_worker}")
+        if group.gpus_per_worker and group.pool in spec.pools and not spec.pools[group.pool].use_gpu:
+            problems.append(f"{path}.gpus_per_worker: pool {group.pool!r} has use_gpu = false")
         if group.init_attempts < 1:
             problems.append(f"{path}.init_attempts: must be >= 1, got {group.init_attempts}")
         if group.max_restarts < 0:

@@ -86,6 +86,7 @@ class SupervisorStatus:
     pools: list[PoolStatus]
     groups: list[GroupStatus]
     failures: list[FailureLine]
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _supervisor_status(
     failures = [FailureLine(f.time, f.group, f.rank, f.reason, f.detail) for f in record.failures]
     return SupervisorStatus(
         record.name, liveness(record, now).value, record.state, record.pid, record.host, record.started_at, record.heartbeat_at,
-        record.heartbeat_age(now), record.metrics_address, pools, groups, failures,
+        record.heartbeat_age(now), record.metrics_address, pools, groups, failures, list(record.warnings),
     )  # fmt: skip
 
 
@@ -257,7 +258,8 @@ def render_status(report: StatusReport) -> str:
     lines.append("")
     lines += _section("Groups", (group_subsections or [(None, [], "groups")]) + [("Recent failures", failures, "failures")])
     lines.append("")
-    lines += _section("Resources", [("Pending Demands", demands, "resource demands")])
+    warnings = [f"{s.name}: {w}" for s in report.supervisors for w in s.warnings]
+    lines += _section("Resources", [("Pending Demands", demands, "resource demands"), ("Warnings", warnings, "warnings")])
     return "\n".join(lines)
 
 

@@ -237,7 +237,9 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     from ray.util import placement_group, remove_placement_group
 
     name = "sv-status"
-    daemon = daemons(write_spec(tmp_path, name, extra_group='[groups.others]\npool = "p"\nclass = "workers:CounterWorker"\n'), name)
+    # `others` starts 4 data processes per worker: 2 x 1 + 2 x (1 + 4) = 12 CPUs wanted on 8-CPU nodes.
+    others = '[groups.others]\npool = "p"\nclass = "workers:CounterWorker"\ndata_processes_per_worker = 4\n'
+    daemon = daemons(write_spec(tmp_path, name, extra_group=others), name)
     record = wait_record(name, daemon=daemon)
     actor_ids = set(live_state(name)[1].values())
     assert len(actor_ids) == 8
@@ -286,6 +288,10 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert f"{name}/counters (pool p, world size 4, running):" in sections["Groups"]
     assert " workers: 4 alive, 0 restarting, 0 failed" in sections["Groups"]
     assert " restarts: 1 in the last 10m00s (budget 10)" in sections["Groups"]
+    warnings = sections["Resources"][sections["Resources"].index("Warnings:") + 1 :]
+    assert len(warnings) == 2 and all(
+        re.fullmatch(rf" {name}: CPU oversubscribed: node \w{{12}}: workers need 12 CPUs \(4 reserved \+ 8 data processes\) of 8", w) for w in warnings
+    ), warnings
     # --json carries the same facts.
     (sup,) = [s for s in json_result["supervisors"] if s["name"] == name]
     assert sup["liveness"] == "alive" and [g["alive"] for g in sup["groups"]] == [4, 4]
@@ -450,6 +456,17 @@ def test_second_daemon_of_a_running_supervisor_is_refused(cluster, daemons, tmp_
     assert live_state("sv-once") == before
     first.proc.send_signal(signal.SIGTERM)
     assert first.wait_exit() == 0
+
+
+def test_pools_that_cannot_fit_the_cluster_fail_before_creating_anything(cluster, daemons, tmp_path):
+    name = "sv-budget"
+    big = '[pools.q]\nprocess_on_nodes = [4, 4]\n[groups.more]\npool = "q"\nclass = "workers:CounterWorker"\n'
+    daemon = daemons(write_spec(tmp_path, name, extra_group=big), name)
+    assert daemon.wait_exit() == 1
+    (failed,) = [e for e in daemon.events() if e["event"] == "start_failed"]
+    assert failed["error"] == "BudgetError: budget: pools p 4 + q 8 GPU = 12 > 8 GPU in the cluster"
+    assert_nothing_left(name, set())
+    assert not [e for e in daemon.events() if e["event"] in ("resource_wait_done", "group_created")]
 
 
 def test_bad_spec_exits_2_and_creates_nothing(cluster, tmp_path):

@@ -279,7 +279,7 @@ def test_driver_section():
 
 def test_groups_keep_declaration_order():
     tail = '[groups.zeta]\npool = "main"\nclass = "workers:CounterWorker"\n[groups.alpha]\npool = "main"\nclass = "workers:CounterWorker"\n'
-    assert parse_spec(doc(tail=tail)).groups_in_start_order() == ["counter", "zeta", "alpha"]
+    assert parse_spec(doc(pool={"max_colocate_count": "3"}, tail=tail)).groups_in_start_order() == ["counter", "zeta", "alpha"]
 
 
 def test_load_spec_resolves_python_path_against_the_spec_directory(tmp_path):
@@ -558,6 +558,7 @@ def test_all_problems_are_reported_in_a_stable_order():
 
 def test_every_import_problem_is_reported():
     text = doc(
+        pool={"max_colocate_count": "2"},
         group={"class": '"no_such_module_xyz:A"'},
         tail=(
             '[groups.other]\npool = "main"\nclass = "workers:CounterWorker"\ninit_method = "nope"\nshutdown_method = "nada"\n'
@@ -882,3 +883,39 @@ def test_cli_start_import_problem(cli, tmp_path):
     result = cli("start", str(path))
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [f"error: {path}: groups.counter.class: module 'workers' has no attribute 'NoSuchWorker'"]
+
+
+# -- resource budgets ------------------------------------------------------------------------------
+
+
+def _colocated(**per_group: str) -> str:
+    """A pool of max_colocate_count 2 shared by the groups given as ``name="key = value, ..."``."""
+    tail = "".join(f'[groups.{name}]\npool = "main"\nclass = "workers:CounterWorker"\n{opts.replace(", ", chr(10))}\n' for name, opts in per_group.items())
+    return doc(pool={"max_colocate_count": "2"}, group=False, tail=tail)
+
+
+def test_colocated_gpu_fractions_over_a_bundle_name_groups_and_arithmetic():
+    text = _colocated(rollout="gpus_per_worker = 0.5", critic="gpus_per_worker = 0.5", ref="gpus_per_worker = 0.5, cpus_per_worker = 0")
+    assert _problems(text) == ["pools.main: rollout 0.5 + critic 0.5 + ref 0.5 GPU = 1.5 > 1 GPU per bundle"]
+
+
+def test_colocated_cpus_over_a_bundle():
+    assert _problems(_colocated(actor="cpus_per_worker = 1.5", critic="cpus_per_worker = 1")) == [
+        "pools.main: actor 1.5 + critic 1 CPU = 2.5 > 2 CPU per bundle"
+    ]
+
+
+def test_budgets_that_fit_exactly_pass_and_default_to_an_even_gpu_share():
+    spec = parse_spec(_colocated(actor="", critic=""))
+    assert [(b.group, b.cpus, b.gpus) for b in spec.worker_budgets()] == [("actor", 1.0, 0.5), ("critic", 1.0, 0.5)]
+    thirds = doc(pool={"max_colocate_count": "3"}, group=False, tail="".join(
+        f'[groups.g{i}]\npool = "main"\nclass = "workers:CounterWorker"\ngpus_per_worker = {1 / 3}\n' for i in range(3)
+    ))  # fmt: skip
+    assert len(parse_spec(thirds).groups) == 3  # 3 x 1/3 is not "more than 1"
+
+
+def test_gpus_in_a_cpu_pool_and_negative_budgets_are_one_line_each():
+    assert _problems(doc(pool={"use_gpu": "false"}, group={"gpus_per_worker": "0.5"})) == [
+        "groups.counter.gpus_per_worker: pool 'main' has use_gpu = false"
+    ]
+    assert _problems(doc(group={"data_processes_per_worker": "-1"})) == ["groups.counter.data_processes_per_worker: must be >= 0, got -1"]

@@ -88,7 +88,7 @@ def test_render_running_supervisor():
     assert f" demo.p:pg2:0 RESCHEDULING 1/2 bundles placed [0:{short_node('a' * 56)} 1:(unplaced)]" in lines
     assert " workers: 1 alive, 1 restarting, 0 failed" in lines
     assert " drift: rank 1 node_aaaaaaaaaaaa -> node_bbbbbbbbbbbb" in lines
-    assert lines[-2:] == ["Pending Demands:", " (no resource demands)"]
+    assert lines[-4:] == ["Pending Demands:", " (no resource demands)", "Warnings:", " (no warnings)"]
 
 
 def test_render_daemon_down_says_since_when_and_where_counts_come_from():

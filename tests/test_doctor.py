@@ -1,0 +1,205 @@
+"""`supervisor doctor`: each rule on prepared facts (pure), then faults prepared on a real cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from supervisor.doctor import DoctorFacts, FindingKind, Phase, diagnose, render_findings
+from supervisor.record import FailureEvent, GroupRecord, RankRecord, SupervisorRecord
+from supervisor.resources import ClusterSnapshot, NodeResources, PlacementGroupRecord, PoolDemand
+
+NOW = 1_800_000_000.0
+NODE = "a" * 56
+SNAPSHOT = ClusterSnapshot(nodes=(NodeResources(NODE, "127.0.0.1", {"CPU": 8, "GPU": 4}),), available={"CPU": 8, "GPU": 4})
+
+
+def record(name: str = "job", age: float = 0.5, **fields) -> SupervisorRecord:
+    base = dict(
+        name=name, namespace=f"supervisor.{name}", owner="o", pid=1, host="h", started_at=NOW - 600, heartbeat_at=NOW - age,
+        heartbeat_interval_s=1.0, orphan_grace_s=30.0, state="running", ray_version="2.60.0",
+    )  # fmt: skip
+    base.update(fields)
+    return SupervisorRecord(**base)
+
+
+def facts(**kw) -> DoctorFacts:
+    return DoctorFacts(now=NOW, snapshot=kw.pop("snapshot", SNAPSHOT), records=kw.pop("records", []), **kw)
+
+
+def kinds(findings) -> list[tuple[str, str]]:
+    return [(f.kind.value, f.subject) for f in findings]
+
+
+def test_a_healthy_cluster_has_no_findings():
+    healthy = record(groups={"g": GroupRecord("g", "p", "m:C", ["a", "b"], state="running", initialized=True, ranks=[RankRecord(0, "running", NODE, NODE)])})
+    assert diagnose(facts(records=[healthy], cluster_ray_version="2.60.0")) == []
+    assert render_findings([]).startswith("supervisor doctor: nothing found")
+
+
+def test_infeasible_pending_demand():
+    demand = PoolDemand("big", "STRICT_PACK", (("big:pg5:0", tuple({"GPU": 1.0} for _ in range(5))),))
+    (finding,) = diagnose(facts(pool_demands={"big": demand}))
+    assert (finding.kind, finding.phase) == (FindingKind.INFEASIBLE, Phase.BEFORE_SCHEDULING)
+    assert "GPU 5 on one node" in finding.detail
+
+
+def test_budget_misfits_of_a_spec():
+    found = diagnose(facts(spec_bundle_misfits=[("job/p", "a 0.5 + b 0.75 GPU = 1.25 > 1 GPU per bundle")], spec_pool_totals={"job/p": {"GPU": 6}}))
+    assert kinds(found) == [("budget misfit", "job/p"), ("budget misfit", "cluster")]
+    assert found[1].detail == "pools job/p 6 GPU = 6 > 4 GPU in the cluster"
+
+
+def test_leaked_placement_group_and_orphaned_supervisor():
+    pgs = (
+        PlacementGroupRecord("11", "other-job-gpus", "CREATED", "PACK", ({"GPU": 2.0},), {0: NODE}),
+        PlacementGroupRecord("22", "old.p:pg2:0", "CREATED", "PACK", ({"GPU": 1.0},), {0: NODE}),
+        PlacementGroupRecord("33", "live.p:pg2:0", "CREATED", "PACK", ({"GPU": 1.0},), {0: NODE}),
+        PlacementGroupRecord("44", "alive-job", "CREATED", "PACK", ({"GPU": 1.0},), {0: NODE}),
+    )
+    snapshot = ClusterSnapshot(SNAPSHOT.nodes, SNAPSHOT.available, pgs)
+    found = diagnose(facts(snapshot=snapshot, records=[record("old", age=100), record("live")], detached_dead_creator={"11", "22", "33"}))
+    assert kinds(found) == [("orphaned supervisor", "old"), ("leaked placement group", "other-job-gpus")]
+    assert "holds GPU 2" in found[1].detail and "remove_placement_group" in found[1].fix
+
+
+def test_init_failures_restarts_drift_hung_oversubscription_version():
+    group = GroupRecord(
+        "g", "p", "m:C", ["a", "b"], state="running", initialized=True,
+        ranks=[RankRecord(0, "running", NODE, NODE), RankRecord(1, "running", "b" * 56, NODE)],
+        restarts=[[1, "node_lost", NOW - 10]],
+    )  # fmt: skip
+    failures = [
+        FailureEvent(NOW - 20, "g", 1, "init_raised", "ValueError: bad weights"),
+        FailureEvent(NOW - 15, "g", 1, "init_timed_out", "timed out after 300s"),
+        FailureEvent(NOW - 5, "g", 0, "hung", "health probe unanswered for 10s"),
+    ]
+    rec = record(groups={"g": group}, failures=failures, warnings=["CPU oversubscribed: node aaaa: workers need 12 CPUs"], ray_version="2.59.0")
+    found = diagnose(facts(records=[rec], cluster_ray_version="2.60.0"))
+    assert kinds(found) == [
+        ("init failing", "job/g rank 1"),
+        ("restarts", "job/g"),
+        ("placement drift", "job/g rank 1"),
+        ("hung rank", "job/g rank 0"),
+        ("cpu oversubscribed", "job"),
+        ("ray version mismatch", "job"),
+    ]
+    assert found[0].detail == "init timed_out: timed out after 300s"  # the latest error of that rank
+    assert [f.phase for f in found][:2] == [Phase.DURING_INIT, Phase.AFTER_START]
+
+
+# -- real faults on a real cluster -----------------------------------------------------------------
+
+TESTS_DIR = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 4, "include_dashboard": False})
+    try:
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False, namespace="doctor-tests")
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def doctor(address: str, *args: str) -> tuple[int, list[dict]]:
+    result = subprocess.run([str(BIN / "supervisor"), "doctor", "--address", address, "--json", *args], capture_output=True, text=True, env=ENV, timeout=60)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_doctor_on_a_real_cluster(cluster, tmp_path):
+    assert doctor(cluster.address) == (0, [])  # healthy
+    # A detached placement group whose job has ended: leaked.
+    script = "import ray; ray.init(address=%r); from ray.util import placement_group as p; " % cluster.address
+    script += "g = p([{'GPU': 2}], name='other-job-gpus', lifetime='detached'); g.wait(30)"
+    subprocess.run([sys.executable, "-c", script], check=True, env=ENV, capture_output=True, timeout=60)
+    time.sleep(1)
+    code, found_leak = doctor(cluster.address)
+    assert code == 1 and [(f["kind"], f["subject"]) for f in found_leak] == [("leaked placement group", "other-job-gpus")]
+    assert found_leak[0]["phase"] == "before scheduling" and "GPU 2" in found_leak[0]["detail"]
+    # A spec whose colocated groups do not fit a bundle, and whose pools do not fit the cluster.
+    spec = tmp_path / "misfit.toml"
+    spec.write_text(textwrap.dedent("""
+        [supervisor]
+        name = "misfit"
+        [pools.p]
+        process_on_nodes = [4, 4]
+        max_colocate_count = 2
+        [groups.a]
+        pool = "p"
+        class = "workers:CounterWorker"
+        gpus_per_worker = 0.75
+        [groups.b]
+        pool = "p"
+        class = "workers:CounterWorker"
+    """))  # fmt: skip
+    code, found = doctor(cluster.address, "--spec", str(spec))
+    assert code == 1
+    assert [f["detail"] for f in found if f["kind"] == "budget misfit"] == [
+        "a 0.75 + b 0.5 GPU = 1.25 > 1 GPU per bundle",
+        "pools misfit/p 16 CPU = 16 > 8 CPU in the cluster",
+        "pools misfit/p 8 GPU = 8 > 4 GPU in the cluster",
+    ]
+    assert any(f["kind"] == "infeasible" and f["subject"] == "misfit/p" for f in found)
+    fix = found_leak[0]["fix"]
+    assert fix.startswith('remove it: python -c "')
+    command = fix.removeprefix("remove it: ").replace("python", sys.executable, 1)
+    subprocess.run(command, shell=True, check=True, env={**ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, timeout=60)  # as given
+    time.sleep(1)
+    assert doctor(cluster.address) == (0, [])
+
+
+def test_doctor_names_the_rank_failing_its_init_while_the_daemon_retries(cluster, tmp_path):
+    import signal
+
+    from supervisor.record import RecordStore
+
+    spec = tmp_path / "initfail.toml"
+    spec.write_text(textwrap.dedent(f"""
+        [supervisor]
+        name = "initfail"
+        [ray]
+        python_path = ["{TESTS_DIR}"]
+        [pools.p]
+        process_on_nodes = [2]
+        [groups.g]
+        pool = "p"
+        class = "workers:InitWorker"
+        kwargs = {{ counter_dir = "{tmp_path}", bad_rank = 1, bad_times = -1 }}
+        init_method = "init_model"
+        init_attempts = 100
+        [metrics]
+        enabled = false
+    """))  # fmt: skip
+    daemon = subprocess.Popen([str(BIN / "supervisor"), "start", str(spec), "--address", cluster.address, "--log-json"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            record = RecordStore().get("initfail")
+            if record is not None and any(f.reason == "init_raised" for f in record.failures):
+                break
+            assert time.monotonic() < deadline and daemon.poll() is None, "the daemon never reported the failing init"
+            time.sleep(0.3)
+        code, found = doctor(cluster.address)
+        assert code == 1
+        assert [(f["phase"], f["kind"], f["subject"]) for f in found] == [("during initialisation", "init failing", "initfail/g rank 1")]
+        assert found[0]["detail"].startswith("init raised: ValueError: bad weights on rank 1")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(60) == 0
