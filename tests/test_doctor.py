@@ -125,7 +125,7 @@ def doctor(address: str, *args: str) -> tuple[int, list[dict]]:
 def test_doctor_on_a_real_cluster(cluster, tmp_path):
     assert doctor(cluster.address) == (0, [])  # healthy
     # A detached placement group whose job has ended: leaked.
-    script = "import ray; ray.init(address=%r); from ray.util import placement_group as p; " % cluster.address
+    script = f"import ray; ray.init(address={cluster.address!r}); from ray.util import placement_group as p; "
     script += "g = p([{'GPU': 2}], name='other-job-gpus', lifetime='detached'); g.wait(30)"
     subprocess.run([sys.executable, "-c", script], check=True, env=ENV, capture_output=True, timeout=60)
     time.sleep(1)
