@@ -42,6 +42,7 @@ from .errors import ConfigError, SupervisorError, first_line
 from .group import WorkerGroup
 from .hooks import ObservingHooks
 from .init_policy import RankAttempt
+from .kv import KV_ACTOR_NAME, KVStore
 from .layout import actor_name
 from .lifecycle import adopt_group, create_group, init_group
 from .log import get_logger
@@ -181,6 +182,7 @@ class Daemon:
         self._pools: dict[str, ResourcePool] = {}
         self._groups: list[_ManagedGroup] = []
         self._driver: DriverRun | None = None
+        self._kv: KVStore | None = None
         self._metrics_server: Any = None
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()
@@ -300,6 +302,8 @@ class Daemon:
     def _start(self) -> None:
         self._check_cluster_budget()
         self._remove_unexpected()
+        # Created once, re-attached (with its data) by a restarted daemon; removed with the rest at teardown.
+        self._kv = KVStore.create_or_attach(self.spec.name, self.spec.namespace)
         for name in self.spec.groups_in_start_order():
             self._start_group(name, self.spec.groups[name])
         self._warn_cpu_oversubscription()
@@ -339,7 +343,7 @@ class Daemon:
     def _expected(self) -> tuple[set[str], set[str]]:
         """Placement-group names and actor names the spec describes."""
         pg_names: set[str] = set()
-        actors: set[str] = set()
+        actors: set[str] = {KV_ACTOR_NAME}
         for name, group in self.spec.groups.items():
             pool = self._pool(group.pool, create=False)
             pg_names.update(pool.placement_group_names())
@@ -463,6 +467,7 @@ class Daemon:
             progress=dict(self._record.driver_progress),
             resumed=self._previous is not None,
             stop_requested=self._stop_event,
+            kv=self._kv,
             _save=self._save_progress,
         )
         self._driver = DriverRun(function, context).start()

@@ -34,6 +34,8 @@ class DriverContext:
         resumed: True when this daemon re-adopted groups left by an earlier incarnation.
         stop_requested: set when the daemon was asked to stop (SIGTERM, SIGINT, ``supervisor stop``);
             a loop should check it between steps and return.
+        kv: the supervisor's KV store (small shared state, service discovery); workers reach the same
+            store with ``KVStore.attach(ray.get_runtime_context().namespace)``.
     """
 
     name: str
@@ -43,6 +45,7 @@ class DriverContext:
     progress: dict[str, Any]
     resumed: bool
     stop_requested: threading.Event
+    kv: Any = None
     _save: Callable[[dict[str, Any]], None] = field(repr=False, default=lambda progress: None)
 
     def save_progress(self, progress: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "PLACEMENT_DRIFT_WORKERS",
     "PLACEMENT_DRIFT_EVENTS",
     "KV_WAIT",
+    "KV_WAIT_WAKEUPS",
     "BUILD_INFO",
     "DispatchFailure",
     "observe_dispatch",
@@ -85,6 +86,11 @@ PLACEMENT_DRIFT_EVENTS = Counter(
 )
 KV_WAIT = Histogram(
     "supervisor_kv_wait_seconds", "Time a KV read waited for its key.", buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)
+KV_WAIT_WAKEUPS = Counter(
+    "supervisor_kv_wait_wakeups_total",
+    "Times a blocked KV read woke to look for its keys again (a put, or its wait renewed).",
+    registry=REGISTRY,
 )
 BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)
 

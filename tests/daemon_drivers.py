@@ -27,6 +27,8 @@ def count_steps(ctx: DriverContext) -> None:
         if len(values) != group.world_size:
             raise RuntimeError(f"step {step}: {len(values)} answers from {group.world_size} ranks")
         ctx.save_progress({"step": step + 1})
+        if ctx.kv is not None:
+            ctx.kv.put("last_step", step, namespace="driver")
         ctx.stop_requested.wait(interval)
     log.info("count_steps_done", start_step=start, steps=steps)
 

@@ -159,7 +159,7 @@ def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:
     }
     record = RecordStore().get(name)
     actors = {}
-    for actor_name in sorted({n for g in record.groups.values() for n in g.actor_names} if record else ()):
+    for actor_name in sorted({"kv", *(n for g in record.groups.values() for n in g.actor_names)} if record else ()):
         try:  # by name within the supervisor's namespace: another supervisor may use the same names
             actor_id = ray.get_actor(actor_name, namespace=record.namespace)._actor_id.hex()
         except ValueError:
@@ -222,6 +222,13 @@ def parse_layout(text: str) -> tuple[str, dict[str, list[str]], str]:
     return match.group(1), sections, rule or ""
 
 
+def subsection(lines: list[str], heading: str) -> list[str]:
+    """The items under ``heading:`` up to the next heading."""
+    start = lines.index(f"{heading}:") + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return lines[start:end]
+
+
 def parse_demand(line: str) -> tuple[dict, str]:
     """A pending-demand line as (bundle, rest): Ray does not order the bundle's keys."""
     shape, _, rest = line.strip().partition("} ")
@@ -242,7 +249,7 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     daemon = daemons(write_spec(tmp_path, name, extra_group=others), name)
     record = wait_record(name, daemon=daemon)
     actor_ids = set(live_state(name)[1].values())
-    assert len(actor_ids) == 8
+    assert len(actor_ids) == 8 + 1  # the ranks and the KV store
     # One rank killed and replaced: status shows the failure and the restart.
     ray.kill(ray.get_actor("counters_CounterWorker_1:0", namespace=record.namespace), no_restart=True)
     deadline = time.monotonic() + 30
@@ -270,8 +277,8 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert rule == ray_rule
     assert list(sections) == ["Supervisors", "Pools", "Groups", "Resources"]
     # Shared section: the pending demand line is the same line `ray status` prints.
-    ray_demands = ray_sections["Resources"][ray_sections["Resources"].index("Pending Demands:") + 1 :]
-    our_demands = sections["Resources"][sections["Resources"].index("Pending Demands:") + 1 :]
+    ray_demands = subsection(ray_sections["Resources"], "Pending Demands")
+    our_demands = subsection(sections["Resources"], "Pending Demands")
     assert len(ray_demands) == len(our_demands) == 1
     assert parse_demand(ray_demands[0]) == parse_demand(our_demands[0]) == ({"CPU": 1.0, "GPU": 1.0}, "* 3 (STRICT_PACK): 1+ pending placement groups")
     # "(no ...)" for empty lists, as ray status writes "(no pending nodes)".
@@ -288,7 +295,7 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert f"{name}/counters (pool p, world size 4, running):" in sections["Groups"]
     assert " workers: 4 alive, 0 restarting, 0 failed" in sections["Groups"]
     assert " restarts: 1 in the last 10m00s (budget 10)" in sections["Groups"]
-    warnings = sections["Resources"][sections["Resources"].index("Warnings:") + 1 :]
+    warnings = subsection(sections["Resources"], "Warnings")
     assert len(warnings) == 2 and all(
         re.fullmatch(rf" {name}: CPU oversubscribed: node \w{{12}}: workers need 12 CPUs \(4 reserved \+ 8 data processes\) of 8", w) for w in warnings
     ), warnings
@@ -320,16 +327,21 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
         assert time.monotonic() < deadline, "driver made no progress"
         time.sleep(0.2)
     pgs_before, actors_before = live_state(name)
-    assert len(pgs_before) == 2 and len(actors_before) == 4
+    assert len(pgs_before) == 2 and len(actors_before) == 4 + 1  # the ranks and the KV store
+    from supervisor.kv import KVStore
+
+    assert KVStore.attach(f"supervisor.{name}").get("last_step", timeout_s=10, namespace="driver") >= 2
     first.proc.send_signal(signal.SIGKILL)
     first.wait_exit()
     killed_at_step = store.get(name).driver_progress["step"]
 
     second = daemons(spec, name)
     wait_record(name, daemon=second)
+    # The KV store kept what the first daemon's driver wrote (it is detached and was adopted).
+    assert KVStore.attach(f"supervisor.{name}").get("last_step", timeout_s=0, namespace="driver") >= killed_at_step - 1
     pgs_after, actors_after = live_state(name)
     assert pgs_after == pgs_before, "placement groups were recreated"
-    assert actors_after == actors_before, "healthy actors were restarted"
+    assert actors_after == actors_before, "healthy actors (and the KV store) were restarted"
     assert second.wait_exit(120) == 0
     events = second.events()
     (start,) = [e for e in events if e["event"] == "count_steps_start"]
@@ -378,7 +390,7 @@ def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_
     wait_record("sv-b", daemon=b)
     a_state = live_state("sv-a")
     b_pgs, b_actors = live_state("sv-b")
-    assert len(a_state[0]) == len(b_pgs) == 2 and len(a_state[1]) == len(b_actors) == 4
+    assert len(a_state[0]) == len(b_pgs) == 2 and len(a_state[1]) == len(b_actors) == 4 + 1
     b.proc.send_signal(signal.SIGKILL)
     b.wait_exit()
 
@@ -393,7 +405,7 @@ def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_
     assert re.search(r"^ sv-a: running, pid ", status.stdout, re.M), status.stdout
     dry = cli("gc", "--dry-run", "--address", cluster.address)
     assert re.fullmatch(
-        r"would remove supervisor sv-b \(heartbeat \d+s ago\): 2 placement group\(s\), 4 actor\(s\) and the record\n", dry.stdout
+        r"would remove supervisor sv-b \(heartbeat \d+s ago\): 2 placement group\(s\), 5 actor\(s\) and the record\n", dry.stdout
     ), dry.stdout
     assert live_state("sv-b") == (b_pgs, b_actors)
     collected = cli("gc", "--address", cluster.address)

@@ -11,13 +11,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _ray_processes() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "gcs_server|raylet"], capture_output=True, text=True).stdout
-    return {int(pid) for pid in out.split()}
+def _processes_of(gcs_address: str) -> list[str]:
+    """Live processes of the Ray cluster at ``gcs_address`` (its GCS, raylets and workers name it)."""
+    port = gcs_address.rpartition(":")[2]
+    out = subprocess.run(["pgrep", "-af", f"{gcs_address}|gcs_server_port={port}"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
 
 
 def test_the_example_job_runs_to_completion_and_leaves_nothing_running():
-    before = _ray_processes()
     result = subprocess.run(
         [str(Path(sys.executable).parent / "supervisor"), "start", "examples/rlhf/rlhf.toml", "--log-json"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -34,4 +35,6 @@ def test_the_example_job_runs_to_completion_and_leaves_nothing_running():
     assert {g: e["world_size"] for g, e in ready.items()} == {"rollout": 4, "reference": 2}
     (stopped,) = [e for e in events if e["event"] == "supervisor_stopped"]
     assert stopped["reason"] == "driver returned" and stopped["exit_code"] == 0
-    assert not (_ray_processes() - before), "the embedded Ray was not stopped"
+    (started,) = [e for e in events if e["event"] == "embedded_ray_started"]
+    assert started["address"].startswith("127.0.0.1:")
+    assert not _processes_of(started["address"]), "the embedded Ray was not stopped"
