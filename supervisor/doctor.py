@@ -2,8 +2,8 @@
 
 Findings come in three phases, each with a suggested fix:
 
-* before scheduling: pools that cannot be placed (infeasible bundles), budget misfits of a spec,
-  placement groups leaked by dead jobs or dead supervisors that hold resources;
+* before scheduling: placement groups that wait (what is missing, who holds it) or can never be
+  placed, budget misfits of a spec, placement groups leaked by dead jobs or dead supervisors;
 * during initialisation: ranks failing or timing out in their init method, with the last error;
 * after start: restarts in the window, drifted ranks, hung ranks, CPU oversubscription, a Ray version
   that differs between the daemon and the cluster.
@@ -22,6 +22,7 @@ from typing import Any
 from .budget import bundle_misfits, cluster_misfits
 from .record import Liveness, RecordStore, SupervisorRecord, liveness
 from .resources import ClusterSnapshot, PlacementGroupRecord, PoolDemand, find_infeasibility, format_resources
+from .resources import diagnose as diagnose_wait
 
 __all__ = ["Phase", "Finding", "DoctorFacts", "diagnose", "gather_facts", "render_findings"]
 
@@ -34,6 +35,7 @@ class Phase(enum.Enum):
 
 class FindingKind(enum.Enum):
     INFEASIBLE = "infeasible"
+    WAITING = "waiting for resources"
     BUDGET = "budget misfit"
     LEAKED_PLACEMENT_GROUP = "leaked placement group"
     ORPHANED_SUPERVISOR = "orphaned supervisor"
@@ -47,6 +49,7 @@ class FindingKind(enum.Enum):
 
 _PHASE = {
     FindingKind.INFEASIBLE: Phase.BEFORE_SCHEDULING,
+    FindingKind.WAITING: Phase.BEFORE_SCHEDULING,
     FindingKind.BUDGET: Phase.BEFORE_SCHEDULING,
     FindingKind.LEAKED_PLACEMENT_GROUP: Phase.BEFORE_SCHEDULING,
     FindingKind.ORPHANED_SUPERVISOR: Phase.BEFORE_SCHEDULING,
@@ -81,7 +84,7 @@ class DoctorFacts:
     now: float
     snapshot: ClusterSnapshot
     records: list[SupervisorRecord]
-    pool_demands: dict[str, PoolDemand] = field(default_factory=dict)  # waiting placement groups (and a spec's pools)
+    pool_demands: dict[str, PoolDemand] = field(default_factory=dict)  # a spec's pools (not created yet)
     detached_dead_creator: set[str] = field(default_factory=set)  # pg ids: detached, creator job dead
     cluster_ray_version: str | None = None
     spec_bundle_misfits: list[tuple[str, str]] = field(default_factory=list)
@@ -93,6 +96,16 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
     findings: list[Finding] = []
     live = {r.name for r in facts.records if liveness(r, facts.now) is Liveness.ALIVE}
     # -- before scheduling
+    for pg in facts.snapshot.placement_groups:
+        if pg.state != "PENDING":
+            continue
+        demand = PoolDemand(pool=pg.label, strategy=pg.strategy, placement_groups=((pg.name, pg.bundles),))
+        reason = find_infeasibility(demand, facts.snapshot)
+        if reason is not None:
+            findings.append(Finding(FindingKind.INFEASIBLE, pg.label, reason, "shrink the pool, or add nodes that can hold its bundles"))
+        else:
+            summary = diagnose_wait(demand, facts.snapshot, {pg.pg_id}).summary()
+            findings.append(Finding(FindingKind.WAITING, pg.label, summary, "free what holds the resources (named above), or add capacity"))
     for pool, demand in sorted(facts.pool_demands.items()):
         reason = find_infeasibility(demand, facts.snapshot)
         if reason is not None:
@@ -203,13 +216,7 @@ def gather_facts(spec: Any = None) -> DoctorFacts:
     now = time.time()
     snapshot = read_snapshot()
     records = RecordStore().all()
-    # Every placement group still waiting is a demand to judge (a supervisor's pool or anyone's).
-    demands = {
-        pg.label: PoolDemand(pool=pg.label, strategy=pg.strategy, placement_groups=((pg.name, pg.bundles),))
-        for pg in snapshot.placement_groups
-        if pg.state == "PENDING"
-    }
-    facts = DoctorFacts(now, snapshot, records, demands, read_detached_dead_creator(), _cluster_ray_version())
+    facts = DoctorFacts(now, snapshot, records, {}, read_detached_dead_creator(), _cluster_ray_version())
     if spec is not None:
         facts.spec_bundle_misfits = [(f"{spec.name}/{pool}", a) for pool, a in bundle_misfits(spec.bundles(), spec.worker_budgets())]
         used = {g.pool for g in spec.groups.values()}

@@ -203,3 +203,14 @@ def test_doctor_names_the_rank_failing_its_init_while_the_daemon_retries(cluster
     finally:
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(60) == 0
+
+
+def test_a_waiting_placement_group_says_what_is_missing_and_who_holds_it():
+    pgs = (
+        PlacementGroupRecord("11", "job.p:pg2:0", "PENDING", "STRICT_PACK", ({"CPU": 1.0, "GPU": 1.0},) * 2),
+        PlacementGroupRecord("22", "old-sweep-gpus", "CREATED", "PACK", ({"GPU": 3.0},), {0: NODE}),
+    )
+    snapshot = ClusterSnapshot(SNAPSHOT.nodes, {"CPU": 8, "GPU": 1}, pgs)
+    (finding,) = diagnose(facts(snapshot=snapshot, records=[record()]))
+    assert (finding.kind, finding.subject) == (FindingKind.WAITING, "job.p:pg2:0")
+    assert "0/2 bundles placed" in finding.detail and "old-sweep-gpus [CREATED] holds GPU 3" in finding.detail
