@@ -172,6 +172,7 @@ class Daemon:
         # Re-entrant: a signal handler runs on the main thread, possibly while it holds the lock.
         self._lock = threading.RLock()
         self._interruptible = False  # a stop signal unwinds start-up only while this is set
+        self._linger_cut = threading.Event()
         self._stop_event = threading.Event()
         self._stop_reason: StopReason | None = None
         self._error: str | None = None
@@ -242,6 +243,8 @@ class Daemon:
             if self._stop_reason is None:
                 self._stop_reason = reason
         self._stop_event.set()
+        if self._phase is DaemonState.STOPPING:
+            self._linger_cut.set()
         if self._interruptible:
             self._interruptible = False  # once: a second signal must not interrupt the unwinding
             raise _StopDuringStart()
@@ -581,11 +584,21 @@ class Daemon:
                 supervisor=self.spec.name,
                 hint="fix the cause and start again to re-adopt them, or `supervisor gc` once the record is orphaned",
             )
+        code = reason.exit_code
+        self._linger_metrics(code)
         self._stop_metrics()
         self._disconnect()
-        code = reason.exit_code
         log.info("supervisor_stopped", supervisor=self.spec.name, reason=reason.value, exit_code=int(code), error=self._error)
         return code
+
+    def _linger_metrics(self, code: ExitCode) -> None:
+        # A failure ends this process, and its series with it: stay scrapeable a little longer so the
+        # FAILED group reaches Prometheus and its alert (a further signal cuts the wait short).
+        linger = self.spec.metrics.linger_s
+        if code is ExitCode.OK or self._metrics_server is None or linger <= 0:
+            return
+        log.info("metrics_linger", seconds=linger, address=self._metrics_address())
+        self._linger_cut.wait(linger)
 
     def _remove_everything(self) -> None:
         for m in reversed(self._groups):

@@ -172,6 +172,7 @@ class MetricsSpec:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 9400
+    linger_s: float = 30.0  # after a failed exit, keep /metrics up this long so the failure is scraped
 
 
 @dataclass(frozen=True)
@@ -482,6 +483,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
         if group.init_kwargs and not group.init_method:
             problems.append(f"{path}.init_kwargs: given without init_method")
         check(f"{path}.env", lambda g=group: _check_env(g.env))
+    positive("metrics.linger_s", spec.metrics.linger_s, allow_zero=True)
     if not 0 <= spec.metrics.port <= 65535:
         problems.append(f"metrics.port: must be 0..65535, got {spec.metrics.port}")
     if spec.driver is not None and raw["driver"]:

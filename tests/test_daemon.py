@@ -39,7 +39,9 @@ def cluster():
         c.shutdown()
 
 
-def write_spec(tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, **group_opts: object) -> Path:
+def write_spec(
+    tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, linger_s: float = 0, **group_opts: object
+) -> Path:
     driver_block = f'[driver]\nfunction = "daemon_drivers:count_steps"\n[driver.args]\n{driver}\n' if driver is not None else ""
     text = textwrap.dedent(
         f"""
@@ -59,7 +61,7 @@ def write_spec(tmp_path: Path, name: str, driver: str | None = None, extra_group
     group_opts = {"class": "workers:CounterWorker", "probe_period_s": 1.0, **group_opts}
     opts = "\n".join(f"{k} = {_toml_value(v)}" for k, v in group_opts.items())
     path = tmp_path / f"{name}.toml"
-    path.write_text(text + opts + "\n" + extra_group + "\n[metrics]\nport = 0\n" + driver_block)
+    path.write_text(text + opts + "\n" + extra_group + f"\n[metrics]\nport = 0\nlinger_s = {linger_s}\n" + driver_block)
     return path
 
 
@@ -123,6 +125,16 @@ def daemons(cluster):
     for name in set(names):  # whatever a failed test left
         remove_owned(name, find_owned(name))
         RecordStore().delete(name)
+
+
+def scrape(address: str) -> str:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
 
 
 def cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
@@ -361,13 +373,18 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
     opts = {"max_restarts": 0} if ending == "group_failed" else {}
     if ending == "driver_returns":  # the graceful stop calls the shutdown method of every rank
         opts = {"class": "workers:ShutdownAwareWorker", "shutdown_method": "shutdown", "env": {"SHUTDOWN_MARKER_DIR": str(tmp_path)}}
-    daemon = daemons(write_spec(tmp_path, name, driver=driver.get(ending), **opts), name)
+    linger = 5.0 if ending == "group_failed" else 0  # a failed exit keeps /metrics up so the failure is scraped
+    daemon = daemons(write_spec(tmp_path, name, driver=driver.get(ending), linger_s=linger, **opts), name)
     record = wait_record(name, daemon=daemon)
     live_actors = live_state(name)[1]
     if ending in ("sigterm", "sigint"):
         daemon.proc.send_signal(signal.SIGTERM if ending == "sigterm" else signal.SIGINT)
     elif ending == "group_failed":
         ray.kill(ray.get_actor(sorted(live_actors)[0], namespace=record.namespace), no_restart=True)
+        deadline = time.monotonic() + 30
+        while 'supervisor_workers{group="counters",state="failed"} 1.0' not in (text := scrape(record.metrics_address)):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
     expected = 1 if ending in ("driver_raises", "group_failed") else 0
     assert daemon.wait_exit() == expected, daemon.log_path.read_text()[-3000:]
     assert_nothing_left(name, set(live_actors.values()))
@@ -380,6 +397,7 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
         assert stopped["error"] == "RuntimeError: driver failed at step 2"
     if ending == "group_failed":
         assert "FAILED" in stopped["error"] and "restart budget exhausted" in stopped["error"]
+        assert [e["seconds"] for e in daemon.events() if e["event"] == "metrics_linger"] == [5.0]
 
 
 def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_path):
