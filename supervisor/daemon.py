@@ -316,6 +316,8 @@ class Daemon:
     def _check_cluster_budget(self) -> None:
         # Pre-flight, before any placement group exists: pools that together cannot fit the cluster
         # would wait forever (the per-bundle budget was checked with the spec).
+        if self._previous is not None:
+            return  # re-adopting a running job: nodes it lost may rejoin; never refuse to supervise it
         used = {g.pool for g in self.spec.groups.values()}
         totals = {
             name: self._pool(name, create=False).demand().total
@@ -329,7 +331,11 @@ class Daemon:
     def _warn_cpu_oversubscription(self) -> None:
         # Data processes are invisible to Ray's scheduler: say so when a node's workers need more CPUs
         # than it has (the job runs, slower). Shown by `supervisor status` too.
-        snapshot = read_snapshot()
+        try:
+            snapshot = read_snapshot()
+        except Exception as exc:  # only a warning: never a reason to fail the start
+            log.warning("cpu_oversubscription_unchecked", error=first_line(exc))
+            return
         node_cpus = {n.node_id: n.total.get("CPU", 0.0) for n in snapshot.alive_nodes}
         placements = [
             (node, m.spec.worker_budget(m.name, self.spec.pools[m.spec.pool]))
@@ -441,7 +447,10 @@ class Daemon:
         if earlier is None:
             self._set_group_record(record)
         if spec.init_method and to_init:
-            init_group(group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), self.hooks, ranks=to_init)
+            # An adopted group is a job that survived a crash: a failed init leaves it for the next start.
+            init_group(
+                group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), self.hooks, ranks=to_init, kill_on_failure=not adopting
+            )
         record.initialized = True
         history, counts = _restored_restarts(earlier) if same and earlier else ([], {})
         supervisor = GroupSupervisor(group, spec.supervision_config(), self.hooks, restart_history=history, rank_restarts=counts)

@@ -146,8 +146,8 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
             if failure.reason.startswith("init_"):
                 latest_init[(failure.group, failure.rank)] = failure
         for (group, rank), failure in sorted(latest_init.items()):
-            if record.groups.get(group) is not None and record.groups[group].initialized and failure.time < record.started_at:
-                continue
+            if _recovered(record, group, rank):
+                continue  # a later attempt succeeded: the rank runs
             findings.append(
                 Finding(
                     FindingKind.INIT_FAILING, f"{record.name}/{group} rank {rank}",
@@ -200,6 +200,13 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
             )
     order = list(Phase)
     return sorted(findings, key=lambda f: order.index(f.phase))
+
+
+def _recovered(record: SupervisorRecord, group: str, rank: int) -> bool:
+    g = record.groups.get(group)
+    if g is None or not g.initialized:
+        return False
+    return any(r.rank == rank and r.state == "running" for r in g.ranks)
 
 
 def _owner(pg: PlacementGroupRecord) -> str | None:

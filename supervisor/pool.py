@@ -258,6 +258,7 @@ class ResourcePool:
             self.pgs = None
             for pg in created:
                 _remove_quietly(pg)
+            hooks.on_pool_bundles(self.name_prefix, 0, 0)  # nothing waits any more
             raise
         self._created = created
         return self.pgs
@@ -373,6 +374,7 @@ class ResourcePool:
         self._original_nodes = {}
         if not pgs or not self._owns_pgs:
             return
+        default_hooks().on_pool_bundles(self.name_prefix, 0, 0)
         import ray
 
         if not ray.is_initialized():

@@ -76,15 +76,20 @@ def test_init_failures_restarts_drift_hung_oversubscription_version():
         ranks=[RankRecord(0, "running", NODE, NODE), RankRecord(1, "running", "b" * 56, NODE)],
         restarts=[[1, "node_lost", NOW - 10]],
     )  # fmt: skip
+    # Group h still initialising: rank 1 keeps failing. Group g's rank 1 failed an attempt, then succeeded.
+    starting = GroupRecord("h", "p", "m:C", ["c", "d"], state="initializing")
     failures = [
-        FailureEvent(NOW - 20, "g", 1, "init_raised", "ValueError: bad weights"),
-        FailureEvent(NOW - 15, "g", 1, "init_timed_out", "timed out after 300s"),
+        FailureEvent(NOW - 30, "g", 1, "init_raised", "ValueError: flaky, then fine"),
+        FailureEvent(NOW - 20, "h", 1, "init_raised", "ValueError: bad weights"),
+        FailureEvent(NOW - 15, "h", 1, "init_timed_out", "timed out after 300s"),
         FailureEvent(NOW - 5, "g", 0, "hung", "health probe unanswered for 10s"),
     ]
-    rec = record(groups={"g": group}, failures=failures, warnings=["CPU oversubscribed: node aaaa: workers need 12 CPUs"], ray_version="2.59.0")
+    rec = record(
+        groups={"g": group, "h": starting}, failures=failures, warnings=["CPU oversubscribed: node aaaa: workers need 12 CPUs"], ray_version="2.59.0"
+    )
     found = diagnose(facts(records=[rec], cluster_ray_version="2.60.0"))
     assert kinds(found) == [
-        ("init failing", "job/g rank 1"),
+        ("init failing", "job/h rank 1"),
         ("restarts", "job/g"),
         ("placement drift", "job/g rank 1"),
         ("hung rank", "job/g rank 0"),
