@@ -5,8 +5,8 @@ Findings come in three phases, each with a suggested fix:
 * before scheduling: placement groups that wait (what is missing, who holds it) or can never be
   placed, budget misfits of a spec, placement groups leaked by dead jobs or dead supervisors;
 * during initialisation: ranks failing or timing out in their init method, with the last error;
-* after start: restarts in the window, drifted ranks, hung ranks, CPU oversubscription, a Ray version
-  that differs between the daemon and the cluster.
+* after start: restarts in the window, drifted ranks, hung ranks, CPU oversubscription, KV reads that
+  timed out, a Ray version that differs between the daemon and the cluster.
 
 :func:`diagnose` is pure (facts in, findings out), so every rule is tested without a cluster;
 :func:`gather_facts` reads the facts from the records and the cluster.
@@ -44,6 +44,7 @@ class FindingKind(enum.Enum):
     DRIFT = "placement drift"
     HUNG = "hung rank"
     CPU_OVERSUBSCRIBED = "cpu oversubscribed"
+    KV_TIMEOUTS = "kv reads timing out"
     VERSION_MISMATCH = "ray version mismatch"
 
 
@@ -58,6 +59,7 @@ _PHASE = {
     FindingKind.DRIFT: Phase.AFTER_START,
     FindingKind.HUNG: Phase.AFTER_START,
     FindingKind.CPU_OVERSUBSCRIBED: Phase.AFTER_START,
+    FindingKind.KV_TIMEOUTS: Phase.AFTER_START,
     FindingKind.VERSION_MISMATCH: Phase.AFTER_START,
 }
 
@@ -89,6 +91,7 @@ class DoctorFacts:
     cluster_ray_version: str | None = None
     spec_bundle_misfits: list[tuple[str, str]] = field(default_factory=list)
     spec_pool_totals: dict[str, dict[str, float]] = field(default_factory=dict)
+    kv_timeouts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # supervisor -> namespace -> stats
 
 
 def diagnose(facts: DoctorFacts) -> list[Finding]:
@@ -190,6 +193,14 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
                         "lower data_processes_per_worker, or reserve more CPUs per worker (cpus_per_worker)",
                     )  # fmt: skip
                 )
+        for namespace, stats in sorted(facts.kv_timeouts.get(record.name, {}).items()):
+            findings.append(
+                Finding(
+                    FindingKind.KV_TIMEOUTS, f"{record.name} kv namespace {namespace!r}",
+                    f"{stats.get('count', 0)} read(s) gave up, the last for {', '.join(map(repr, stats.get('keys', [])))}: {stats.get('diagnosis')}",
+                    "make reader and writer use the same namespace and key (the nearest ones are named), or raise the timeout",
+                )  # fmt: skip
+            )
         if facts.cluster_ray_version and record.ray_version and record.ray_version != facts.cluster_ray_version:
             findings.append(
                 Finding(
@@ -224,6 +235,7 @@ def gather_facts(spec: Any = None) -> DoctorFacts:
     snapshot = read_snapshot()
     records = RecordStore().all()
     facts = DoctorFacts(now, snapshot, records, {}, read_detached_dead_creator(), _cluster_ray_version())
+    facts.kv_timeouts = {r.name: _kv_timeouts(r) for r in records if liveness(r, now) is Liveness.ALIVE}
     if spec is not None:
         facts.spec_bundle_misfits = [(f"{spec.name}/{pool}", a) for pool, a in bundle_misfits(spec.bundles(), spec.worker_budgets())]
         used = {g.pool for g in spec.groups.values()}
@@ -237,6 +249,15 @@ def gather_facts(spec: Any = None) -> DoctorFacts:
                 pool = ResourcePool(p.process_on_nodes, use_gpu=p.use_gpu, max_colocate_count=p.max_colocate_count, name_prefix=spec.pool_prefix(name), strategy=p.strategy)
                 facts.pool_demands[f"{spec.name}/{name}"] = pool.demand()
     return facts
+
+
+def _kv_timeouts(record: SupervisorRecord) -> dict[str, dict[str, Any]]:
+    from .kv import KVStore
+
+    try:
+        return dict(KVStore.attach(record.namespace).info().get("timeouts", {}))
+    except Exception:  # no store (an older daemon) or it is unreachable: nothing to report
+        return {}
 
 
 def _cluster_ray_version() -> str | None:

@@ -110,6 +110,8 @@ class _KVActor:
         # "never written" (a name mismatch) from "emptied" (a delete raced the reader).
         self._written: set[str] = set()
         self._slots: dict[tuple[str, str], _Slot] = {}
+        # Reads that gave up, per namespace: {"count", "keys", "last_at", "diagnosis"} (for doctor).
+        self._timeouts: dict[str, dict[str, Any]] = {}
 
     async def put(self, namespace: str, key: str, value: bytes) -> None:
         self._data.setdefault(namespace, {})[key] = value
@@ -145,12 +147,13 @@ class _KVActor:
             "keys": sum(len(entries) for entries in self._data.values()),
             "waiting_keys": len(self._slots),
             "waiters": sum(slot.waiters for slot in self._slots.values()),
+            "timeouts": {ns: dict(t) for ns, t in self._timeouts.items()},
         }
 
     async def wait(
-        self, namespace: str, keys: list[str], timeout_s: float
+        self, namespace: str, keys: list[str], timeout_s: float, final: bool = False
     ) -> tuple[dict[str, bytes], int, str | None]:
-        """Wait up to ``timeout_s`` until every key exists.
+        """Wait up to ``timeout_s`` until every key exists (``final``: the reader gives up after this).
 
         Returns:
             ``(found, wakeups, diagnosis)``: the values of the keys that exist (all of them unless
@@ -169,7 +172,11 @@ class _KVActor:
         # After the first timeout no await ran, so the keys looked at since are still missing: the
         # diagnosis describes one consistent state.
         missing = [k for k in keys if k not in found]
-        return found, wakeups, (self._diagnose(namespace, missing) if missing else None)
+        diagnosis = self._diagnose(namespace, missing) if missing else None
+        if missing and final:
+            record = self._timeouts.setdefault(namespace, {"count": 0})
+            record.update(count=record["count"] + 1, keys=missing[:_MAX_LISTED], last_at=time.time(), diagnosis=diagnosis)
+        return found, wakeups, diagnosis
 
     async def _await_key(self, namespace: str, key: str, deadline: float) -> tuple[bytes | None, int]:
         loop = asyncio.get_running_loop()
@@ -491,8 +498,9 @@ class KVStore:
             while pending:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 poll_s = _LONG_POLL_S if remaining is None else min(remaining, _LONG_POLL_S)
+                final = remaining is not None and poll_s >= remaining
                 try:
-                    got, woke, diagnosis = self._call("wait", namespace, pending, poll_s, timeout_s=poll_s + _ANSWER_GRACE_S)
+                    got, woke, diagnosis = self._call("wait", namespace, pending, poll_s, final, timeout_s=poll_s + _ANSWER_GRACE_S)
                 except ray.exceptions.GetTimeoutError:
                     raise KVTimeoutError(
                         f"{what} in namespace {namespace!r} timed out: the KV store in Ray namespace "

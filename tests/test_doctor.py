@@ -219,3 +219,4 @@ def test_a_waiting_placement_group_says_what_is_missing_and_who_holds_it():
     (finding,) = diagnose(facts(snapshot=snapshot, records=[record()]))
     assert (finding.kind, finding.subject) == (FindingKind.WAITING, "job.p:pg2:0")
     assert "0/2 bundles placed" in finding.detail and "old-sweep-gpus [CREATED] holds GPU 3" in finding.detail
+
