@@ -160,9 +160,11 @@ def list_supervisors(address: str | None, as_json: bool) -> None:
 @click.argument("name")
 @_ADDRESS
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for the teardown.")
-def stop(name: str, address: str | None, timeout_s: float) -> None:
-    """Ask the running daemon NAME to tear down, and wait until it has."""
-    from .record import Liveness, RecordStore, liveness
+@click.option("--detach", is_flag=True, help="Stop the daemon but leave its pools and workers running; the next start re-adopts them.")
+def stop(name: str, address: str | None, timeout_s: float, detach: bool) -> None:
+    """Ask the running daemon NAME to tear down (or, with --detach, to exit and leave the job to the next
+    start, e.g. to upgrade the daemon), and wait until it has."""
+    from .record import DaemonState, Liveness, RecordStore, liveness
 
     with _connected(address):
         store = RecordStore()
@@ -171,13 +173,13 @@ def stop(name: str, address: str | None, timeout_s: float) -> None:
             raise click.ClickException(f"no supervisor named {name!r} on this cluster (see `supervisor list`)")
         if liveness(record, time.time()) is not Liveness.ALIVE:
             raise click.ClickException(_not_running(record))
-        store.request_stop(name, record.owner)
+        store.request_stop(name, record.owner, detach=detach)
         click.echo(f"asked supervisor {name} (pid {record.pid} on {record.host}) to stop; waiting...", err=True)
         started = time.monotonic()
         next_report = started + 5.0
         while True:
             current = store.get(name)
-            if current is None or current.owner != record.owner:
+            if current is None or current.owner != record.owner or (detach and current.state == DaemonState.DETACHED.value):
                 break
             if liveness(current, time.time()) is not Liveness.ALIVE:  # it died before finishing
                 raise click.ClickException(_not_running(current))
@@ -188,7 +190,7 @@ def stop(name: str, address: str | None, timeout_s: float) -> None:
                 click.echo(f"[{waited:4.0f}s] waiting for supervisor {name} to tear down (state {current.state})", err=True)
                 next_report += 5.0
             time.sleep(0.2)
-    click.echo(f"supervisor {name} stopped")
+    click.echo(f"supervisor {name} detached: its pools and workers run on; start it again to re-adopt them" if detach else f"supervisor {name} stopped")
 
 
 def _not_running(record: Any) -> str:

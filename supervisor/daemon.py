@@ -82,6 +82,7 @@ class StopReason(enum.Enum):
     SIGTERM = "SIGTERM"
     SIGINT = "SIGINT"
     STOP_COMMAND = "supervisor stop"
+    DETACH_COMMAND = "supervisor stop --detach"  # e.g. to upgrade the daemon: the next start re-adopts
     DRIVER_RETURNED = "driver returned"
     DRIVER_RAISED = "driver raised"
     GROUP_FAILED = "group failed"
@@ -102,11 +103,12 @@ class TeardownScope(enum.Enum):
 def teardown_scope(reason: StopReason, adopting: bool) -> TeardownScope:
     """What a teardown removes (pure).
 
-    A daemon superseded by another leaves everything to it. A daemon that failed to start while
+    A daemon superseded by another leaves everything to it; one asked to detach leaves everything to
+    the next start (an upgrade of the daemon). A daemon that failed to start while
     re-adopting a job that survived a crash leaves that job in place (a busy metrics port or a flaky
     init must not destroy a multi-day run): the next start re-adopts it, or `gc` collects it.
     """
-    if reason is StopReason.SUPERSEDED or (reason is StopReason.START_FAILED and adopting):
+    if reason in (StopReason.SUPERSEDED, StopReason.DETACH_COMMAND) or (reason is StopReason.START_FAILED and adopting):
         return TeardownScope.NOTHING
     return TeardownScope.EVERYTHING
 
@@ -268,7 +270,8 @@ class Daemon:
         assert self._store is not None
         previous = self._store.get(self.spec.name)
         now = time.time()
-        if previous is not None and liveness(previous, now) is not Liveness.ORPHANED and _may_be_alive(previous):
+        detached = previous is not None and previous.state == DaemonState.DETACHED.value
+        if previous is not None and not detached and liveness(previous, now) is not Liveness.ORPHANED and _may_be_alive(previous):
             raise AlreadyRunningError(
                 f"supervisor {self.spec.name} is already running (pid {previous.pid} on {previous.host}, heartbeat "
                 f"{previous.heartbeat_age(now):.1f}s ago): stop it with `supervisor stop {self.spec.name}`"
@@ -543,9 +546,10 @@ class Daemon:
                     return
                 self._write_record()
                 self._publish_pool_bundles()
-                if self._stop_reason is None and self._store.stop_requested(self.spec.name, self.owner):
-                    log.info("stop_requested", by="supervisor stop")
-                    self.request_stop(StopReason.STOP_COMMAND)
+                how = self._store.stop_requested(self.spec.name, self.owner) if self._stop_reason is None else None
+                if how is not None:
+                    log.info("stop_requested", by="supervisor stop", detach=how == "detach")
+                    self.request_stop(StopReason.DETACH_COMMAND if how == "detach" else StopReason.STOP_COMMAND)
             except Exception as exc:  # a GCS hiccup must not end the heartbeat; the next beat retries
                 log.warning("heartbeat_failed", error=first_line(exc))
 
@@ -587,6 +591,8 @@ class Daemon:
             self._heartbeat.join(self.spec.supervisor.heartbeat_interval_s + 5)
         if scope is TeardownScope.EVERYTHING:
             self._remove_everything()
+        elif reason is StopReason.DETACH_COMMAND:
+            self._mark_detached()
         elif reason is StopReason.START_FAILED:
             log.error(
                 "adopted_resources_left_in_place",
@@ -627,6 +633,20 @@ class Daemon:
             self._store.delete(self.spec.name)
         except Exception as exc:
             log.error("teardown_incomplete", error=first_line(exc))
+
+    def _mark_detached(self) -> None:
+        # The record stays, with its facts, for the next start; its heartbeat stops here, so that start
+        # takes it over at once on this host (the pid is gone), elsewhere after orphan_grace_s.
+        try:
+            assert self._store is not None and self._record is not None
+            with self._lock:
+                self._record.state = DaemonState.DETACHED.value
+                data = self._record.to_json()
+            self._store.put(SupervisorRecord.from_json(data))
+            self._store.clear_stop(self.spec.name)
+            log.info("detached", supervisor=self.spec.name, hint="start the same spec again to re-adopt the pools and workers")
+        except Exception as exc:
+            log.error("detach_incomplete", error=first_line(exc))
 
     def _write_record_quietly(self) -> None:
         try:

@@ -38,12 +38,14 @@ _CLAIM_PREFIX = "claim:"
 
 class DaemonState(enum.Enum):
     """What the daemon is doing: CONNECTING → STARTING (creating or adopting) → RUNNING → STOPPING
-    (tearing down). Records are written from STARTING on."""
+    (tearing down), or DETACHED (gone, its pools and workers left for the next start). Records are
+    written from STARTING on."""
 
     CONNECTING = "connecting"
     STARTING = "starting"
     RUNNING = "running"
     STOPPING = "stopping"
+    DETACHED = "detached"
 
 
 class Liveness(enum.Enum):
@@ -209,10 +211,19 @@ class RecordStore:
     def all(self) -> list[SupervisorRecord]:
         return [r for name in self.names() if (r := self.get(name)) is not None]
 
-    def request_stop(self, name: str, owner: str) -> None:
-        """Ask the daemon incarnation ``owner`` to tear down (it checks every heartbeat)."""
-        self._kv._internal_kv_put(_STOP_PREFIX + name, owner.encode(), overwrite=True, namespace=KV_NAMESPACE)
+    def request_stop(self, name: str, owner: str, detach: bool = False) -> None:
+        """Ask the daemon incarnation ``owner`` to stop (it checks every heartbeat): tear down, or with
+        ``detach`` leave its pools and workers running for the next start to re-adopt."""
+        value = f"{'detach' if detach else 'teardown'}:{owner}"
+        self._kv._internal_kv_put(_STOP_PREFIX + name, value.encode(), overwrite=True, namespace=KV_NAMESPACE)
 
-    def stop_requested(self, name: str, owner: str) -> bool:
+    def stop_requested(self, name: str, owner: str) -> str | None:
+        """``"teardown"`` or ``"detach"`` when ``owner`` was asked to stop, else None."""
         data = self._kv._internal_kv_get(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
-        return data is not None and data.decode() == owner
+        if data is None:
+            return None
+        how, _, who = data.decode().partition(":")
+        return how if who == owner else None
+
+    def clear_stop(self, name: str) -> None:
+        self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)

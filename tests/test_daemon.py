@@ -475,6 +475,27 @@ def test_stop_while_waiting_for_resources(cluster, daemons, tmp_path, how):
         remove_placement_group(hog)
 
 
+def test_stop_detach_leaves_the_job_running_for_the_next_start(cluster, daemons, tmp_path):
+    name = "sv-detach"
+    spec = write_spec(tmp_path, name)
+    first = daemons(spec, name)
+    wait_record(name, daemon=first)
+    before = live_state(name)
+    result = cli("stop", name, "--detach", "--address", cluster.address)
+    assert result.returncode == 0 and f"supervisor {name} detached" in result.stdout, result.stderr
+    assert first.wait_exit() == 0
+    from supervisor.record import RecordStore
+
+    assert RecordStore().get(name).state == "detached"
+    assert live_state(name) == before, "detaching touched the job"
+    second = daemons(spec, name)  # an upgraded daemon, say
+    wait_record(name, daemon=second)
+    assert live_state(name) == before, "the next start recreated what it should re-adopt"
+    second.proc.send_signal(signal.SIGTERM)
+    assert second.wait_exit() == 0
+    assert_nothing_left(name, set(before[1].values()))
+
+
 def test_second_daemon_of_a_running_supervisor_is_refused(cluster, daemons, tmp_path):
     spec = write_spec(tmp_path, "sv-once")
     first = daemons(spec, "sv-once")

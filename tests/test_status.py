@@ -62,7 +62,7 @@ def test_restarts_in_window_and_restored_onto_this_clock():
 
 
 def test_exit_codes_of_each_stop_reason():
-    ok = {StopReason.SIGTERM, StopReason.SIGINT, StopReason.STOP_COMMAND, StopReason.DRIVER_RETURNED}
+    ok = {StopReason.SIGTERM, StopReason.SIGINT, StopReason.STOP_COMMAND, StopReason.DETACH_COMMAND, StopReason.DRIVER_RETURNED}
     for reason in StopReason:
         assert reason.exit_code is (ExitCode.OK if reason in ok else ExitCode.FAILED)
 
@@ -113,3 +113,4 @@ def test_teardown_scope():
     # A failed re-adoption keeps the job that survived the crash; a superseded daemon owns nothing.
     assert teardown_scope(StopReason.START_FAILED, adopting=True) is TeardownScope.NOTHING
     assert teardown_scope(StopReason.SUPERSEDED, adopting=False) is TeardownScope.NOTHING
+    assert teardown_scope(StopReason.DETACH_COMMAND, adopting=False) is TeardownScope.NOTHING
