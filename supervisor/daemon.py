@@ -68,6 +68,7 @@ __all__ = ["Daemon", "ExitCode", "StopReason", "TeardownScope", "teardown_scope"
 log = get_logger("daemon")
 
 RECENT_FAILURES = 20  # failure events kept in the record for `supervisor status`
+OVERSUBSCRIPTION_RECHECK_S = 30.0  # ranks move between nodes when they are replaced
 
 
 class ExitCode(enum.IntEnum):
@@ -333,7 +334,8 @@ class Daemon:
 
     def _warn_cpu_oversubscription(self) -> None:
         # Data processes are invisible to Ray's scheduler: say so when a node's workers need more CPUs
-        # than it has (the job runs, slower). Shown by `supervisor status` too.
+        # than it has (the job runs, slower). Shown by `supervisor status` too; re-checked every
+        # OVERSUBSCRIPTION_RECHECK_S while running.
         try:
             snapshot = read_snapshot()
         except Exception as exc:  # only a warning: never a reason to fail the start
@@ -341,16 +343,18 @@ class Daemon:
             return
         node_cpus = {n.node_id: n.total.get("CPU", 0.0) for n in snapshot.alive_nodes}
         placements = [
-            (node, m.spec.worker_budget(m.name, self.spec.pools[m.spec.pool]))
-            for m in self._groups
-            for node in m.group.rank_nodes.values()
+            (rank.node_id, m.spec.worker_budget(m.name, self.spec.pools[m.spec.pool]))
+            for m in list(self._groups)
+            for rank in m.supervisor.ranks()
+            if rank.node_id
         ]
-        warnings = [load.describe() for load in cpu_oversubscription(placements, node_cpus)]
-        for warning in warnings:
-            log.warning("cpu_oversubscribed", detail=warning)
+        warnings = [f"CPU oversubscribed: {load.describe()}" for load in cpu_oversubscription(placements, node_cpus)]
         with self._lock:
-            assert self._record is not None
-            self._record.warnings = [f"CPU oversubscribed: {w}" for w in warnings]
+            if self._record is None or warnings == self._record.warnings:
+                return
+            self._record.warnings = warnings
+        for warning in warnings:  # logged when they change: replacements move ranks between nodes
+            log.warning("cpu_oversubscribed", detail=warning)
 
     def _expected(self) -> tuple[set[str], set[str]]:
         """Placement-group names and actor names the spec describes."""
@@ -535,6 +539,7 @@ class Daemon:
     def _beat(self) -> None:
         assert self._store is not None
         interval = self.spec.supervisor.heartbeat_interval_s
+        next_cpu_check = time.monotonic() + OVERSUBSCRIPTION_RECHECK_S
         while not self._heartbeat_stop.wait(interval):
             try:
                 current = self._store.get(self.spec.name)
@@ -546,6 +551,9 @@ class Daemon:
                     return
                 self._write_record()
                 self._publish_pool_bundles()
+                if self._phase is DaemonState.RUNNING and time.monotonic() >= next_cpu_check:
+                    self._warn_cpu_oversubscription()
+                    next_cpu_check = time.monotonic() + OVERSUBSCRIPTION_RECHECK_S
                 how = self._store.stop_requested(self.spec.name, self.owner) if self._stop_reason is None else None
                 if how is not None:
                     log.info("stop_requested", by="supervisor stop", detach=how == "detach")
