@@ -60,7 +60,7 @@ from .record import (
     liveness,
 )
 from .restart_policy import FailureReason, RestartRecord
-from .spec import GroupSpec, SupervisorSpec, import_object
+from .spec import GroupSpec, SigtermAction, SupervisorSpec, import_object
 from .supervision import GroupState, GroupSupervisor
 
 __all__ = ["Daemon", "ExitCode", "StopReason", "TeardownScope", "teardown_scope", "AlreadyRunningError"]
@@ -84,6 +84,7 @@ class StopReason(enum.Enum):
     SIGINT = "SIGINT"
     STOP_COMMAND = "supervisor stop"
     DETACH_COMMAND = "supervisor stop --detach"  # e.g. to upgrade the daemon: the next start re-adopts
+    SIGTERM_DETACH = "SIGTERM (on_sigterm = detach)"
     DRIVER_RETURNED = "driver returned"
     DRIVER_RAISED = "driver raised"
     GROUP_FAILED = "group failed"
@@ -109,7 +110,9 @@ def teardown_scope(reason: StopReason, adopting: bool) -> TeardownScope:
     re-adopting a job that survived a crash leaves that job in place (a busy metrics port or a flaky
     init must not destroy a multi-day run): the next start re-adopts it, or `gc` collects it.
     """
-    if reason in (StopReason.SUPERSEDED, StopReason.DETACH_COMMAND) or (reason is StopReason.START_FAILED and adopting):
+    if reason in (StopReason.SUPERSEDED, StopReason.DETACH_COMMAND, StopReason.SIGTERM_DETACH) or (
+        reason is StopReason.START_FAILED and adopting
+    ):
         return TeardownScope.NOTHING
     return TeardownScope.EVERYTHING
 
@@ -241,6 +244,8 @@ class Daemon:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         reason = StopReason.SIGINT if signum == signal.SIGINT else StopReason.SIGTERM
+        if reason is StopReason.SIGTERM and self.spec.supervisor.on_sigterm is SigtermAction.DETACH:
+            reason = StopReason.SIGTERM_DETACH
         log.info("stop_signal", signal=signal.Signals(signum).name, phase=self._phase.value)
         with self._lock:
             if self._stop_reason is None:
@@ -599,7 +604,7 @@ class Daemon:
             self._heartbeat.join(self.spec.supervisor.heartbeat_interval_s + 5)
         if scope is TeardownScope.EVERYTHING:
             self._remove_everything()
-        elif reason is StopReason.DETACH_COMMAND:
+        elif reason in (StopReason.DETACH_COMMAND, StopReason.SIGTERM_DETACH):
             self._mark_detached()
         elif reason is StopReason.START_FAILED:
             log.error(

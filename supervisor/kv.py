@@ -63,8 +63,9 @@ _LONG_POLL_S = 30.0
 _ANSWER_GRACE_S = 60.0
 # How long create_or_attach waits for a new actor to start.
 _START_TIMEOUT_S = 120.0
-# Pending reads each hold one slot of the async actor; writers need slots too.
-_MAX_CONCURRENCY = 1000
+# Pending reads each hold one slot of the async actor (a coroutine, cheap), and a put queued behind
+# a full actor would wait for a long poll to end: room for thousands of ranks blocked on one key.
+_MAX_CONCURRENCY = 10_000
 # Every Ray head node has this resource: a tiny demand of it pins the actor to the head.
 _HEAD_RESOURCE = "node:__internal_head__"
 # Caps on what a timeout message lists, to keep it one readable line.

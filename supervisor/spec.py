@@ -43,6 +43,7 @@ from .supervision import InFlightPolicy, SupervisionConfig
 
 __all__ = [
     "SpecError",
+    "SigtermAction",
     "SupervisorSpec",
     "SupervisorSection",
     "RaySpec",
@@ -72,6 +73,14 @@ class SpecError(ConfigError):
 # A field's default is its documented default; ``None`` for a float means "no limit" (``inf`` in TOML).
 
 
+class SigtermAction(enum.Enum):
+    """What SIGTERM means to the daemon: tear the job down, or exit and leave it to the next start
+    (for platforms that restart the daemon on their own schedule: Kubernetes rollouts, node drains)."""
+
+    TEARDOWN = "teardown"
+    DETACH = "detach"
+
+
 @dataclass(frozen=True)
 class SupervisorSection:
     """``[supervisor]``: identity and liveness of the daemon."""
@@ -79,6 +88,7 @@ class SupervisorSection:
     name: str = ""
     heartbeat_interval_s: float = 1.0  # how often the daemon refreshes its state record
     orphan_grace_s: float = 30.0  # heartbeat older than this: the daemon is gone, its pools are orphans
+    on_sigterm: SigtermAction = SigtermAction.TEARDOWN
 
 
 @dataclass(frozen=True)

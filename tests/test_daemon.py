@@ -40,8 +40,9 @@ def cluster():
 
 
 def write_spec(
-    tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, linger_s: float = 0, **group_opts: object
-) -> Path:
+    tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, linger_s: float = 0,
+    on_sigterm: str = "teardown", **group_opts: object,
+) -> Path:  # fmt: skip
     driver_block = f'[driver]\nfunction = "daemon_drivers:count_steps"\n[driver.args]\n{driver}\n' if driver is not None else ""
     text = textwrap.dedent(
         f"""
@@ -49,6 +50,7 @@ def write_spec(
         name = "{name}"
         heartbeat_interval_s = 0.5
         orphan_grace_s = {grace_s}
+        on_sigterm = "{on_sigterm}"
         [ray]
         python_path = ["{TESTS_DIR}"]
         [pools.p]
@@ -475,14 +477,18 @@ def test_stop_while_waiting_for_resources(cluster, daemons, tmp_path, how):
         remove_placement_group(hog)
 
 
-def test_stop_detach_leaves_the_job_running_for_the_next_start(cluster, daemons, tmp_path):
-    name = "sv-detach"
-    spec = write_spec(tmp_path, name)
+@pytest.mark.parametrize("how", ["stop_detach", "sigterm_with_on_sigterm_detach"])
+def test_detach_leaves_the_job_running_for_the_next_start(cluster, daemons, tmp_path, how):
+    name = f"sv-{how.replace('_', '-')}"
+    spec = write_spec(tmp_path, name, on_sigterm="detach" if how.startswith("sigterm") else "teardown")
     first = daemons(spec, name)
     wait_record(name, daemon=first)
     before = live_state(name)
-    result = cli("stop", name, "--detach", "--address", cluster.address)
-    assert result.returncode == 0 and f"supervisor {name} detached" in result.stdout, result.stderr
+    if how == "stop_detach":
+        result = cli("stop", name, "--detach", "--address", cluster.address)
+        assert result.returncode == 0 and f"supervisor {name} detached" in result.stdout, result.stderr
+    else:
+        first.proc.send_signal(signal.SIGTERM)  # a Kubernetes rollout, a node drain
     assert first.wait_exit() == 0
     from supervisor.record import RecordStore
 
@@ -491,7 +497,7 @@ def test_stop_detach_leaves_the_job_running_for_the_next_start(cluster, daemons,
     second = daemons(spec, name)  # an upgraded daemon, say
     wait_record(name, daemon=second)
     assert live_state(name) == before, "the next start recreated what it should re-adopt"
-    second.proc.send_signal(signal.SIGTERM)
+    assert cli("stop", name, "--address", cluster.address).returncode == 0  # a real stop still tears down
     assert second.wait_exit() == 0
     assert_nothing_left(name, set(before[1].values()))
 

@@ -62,7 +62,7 @@ def test_restarts_in_window_and_restored_onto_this_clock():
 
 
 def test_exit_codes_of_each_stop_reason():
-    ok = {StopReason.SIGTERM, StopReason.SIGINT, StopReason.STOP_COMMAND, StopReason.DETACH_COMMAND, StopReason.DRIVER_RETURNED}
+    ok = {StopReason.SIGTERM, StopReason.SIGINT, StopReason.STOP_COMMAND, StopReason.DETACH_COMMAND, StopReason.SIGTERM_DETACH, StopReason.DRIVER_RETURNED}
     for reason in StopReason:
         assert reason.exit_code is (ExitCode.OK if reason in ok else ExitCode.FAILED)
 
@@ -114,3 +114,4 @@ def test_teardown_scope():
     assert teardown_scope(StopReason.START_FAILED, adopting=True) is TeardownScope.NOTHING
     assert teardown_scope(StopReason.SUPERSEDED, adopting=False) is TeardownScope.NOTHING
     assert teardown_scope(StopReason.DETACH_COMMAND, adopting=False) is TeardownScope.NOTHING
+    assert teardown_scope(StopReason.SIGTERM_DETACH, adopting=False) is TeardownScope.NOTHING
