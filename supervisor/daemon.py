@@ -43,7 +43,6 @@ from .group import WorkerGroup
 from .hooks import ObservingHooks
 from .init_policy import RankAttempt
 from .kv import KV_ACTOR_NAME, KVStore
-from .layout import actor_name
 from .lifecycle import adopt_group, create_group, init_group
 from .log import get_logger
 from .ownership import Owned, find_owned, remove_owned
@@ -329,7 +328,7 @@ class Daemon:
             return  # re-adopting a running job: nodes it lost may rejoin; never refuse to supervise it
         used = {g.pool for g in self.spec.groups.values()}
         totals = {
-            name: self._pool(name, create=False).demand().total
+            name: self.spec.resource_pool(name).demand().total
             for name in self.spec.pools
             if name in used and not self.spec.pools[name].autoscaling
         }
@@ -363,15 +362,10 @@ class Daemon:
 
     def _expected(self) -> tuple[set[str], set[str]]:
         """Placement-group names and actor names the spec describes."""
-        pg_names: set[str] = set()
-        actors: set[str] = {KV_ACTOR_NAME}
+        pg_names = {n for pool in self.spec.pools for n in self.spec.resource_pool(pool).placement_group_names()}
+        actors = {KV_ACTOR_NAME}
         for name, group in self.spec.groups.items():
-            pool = self._pool(group.pool, create=False)
-            pg_names.update(pool.placement_group_names())
-            cls = ClassWithInitArgs(self._import(group.worker_class)).user_cls
-            actors.update(actor_name(self.spec.group_prefix(name), cls.__name__, slot) for slot in pool.rank_slots())
-        for pool_name in self.spec.pools:
-            pg_names.update(self._pool(pool_name, create=False).placement_group_names())
+            actors.update(self.spec.actor_names(name, ClassWithInitArgs(self._import(group.worker_class)).user_cls.__name__))
         return pg_names, actors
 
     def _remove_unexpected(self) -> None:
@@ -385,20 +379,12 @@ class Daemon:
             log.info("removing_stale_resources", supervisor=self.spec.name, placement_groups=sorted(stale.placement_groups), actors=stale.actors)
             remove_owned(self.spec.name, stale)
 
-    def _pool(self, name: str, create: bool = True) -> ResourcePool:
+    def _pool(self, name: str) -> ResourcePool:
+        """The spec pool ``name``, its placement groups created or adopted (once per daemon)."""
         if name in self._pools:
             return self._pools[name]
         p = self.spec.pools[name]
-        pool = ResourcePool(
-            p.process_on_nodes,
-            use_gpu=p.use_gpu,
-            max_colocate_count=p.max_colocate_count,
-            name_prefix=self.spec.pool_prefix(name),
-            detached=True,
-            strategy=p.strategy,
-        )
-        if not create:
-            return pool
+        pool = self.spec.resource_pool(name)
         self._pools[name] = pool  # owned from here on: teardown removes it whatever happens next
         with self._lock:
             assert self._record is not None
@@ -429,8 +415,7 @@ class Daemon:
         cls_with_init.update_options({"num_cpus": budget.cpus, "num_gpus": budget.gpus})
         prefix = self.spec.group_prefix(name)
         earlier = self._previous.groups.get(name) if self._previous else None
-        slots = pool.rank_slots()
-        names = [actor_name(prefix, cls_with_init.user_cls.__name__, slot) for slot in slots]
+        names = self.spec.actor_names(name, cls_with_init.user_cls.__name__)
         record = GroupRecord(
             name, spec.pool, spec.worker_class, names, restart_window_s=spec.restart_window_s, max_restarts=spec.max_restarts
         )

@@ -229,7 +229,6 @@ def _owner(pg: PlacementGroupRecord) -> str | None:
 def gather_facts(spec: Any = None) -> DoctorFacts:
     """Read records, the cluster and (optionally) a spec's budget (needs a Ray connection)."""
     from .cluster_state import read_detached_dead_creator, read_snapshot
-    from .pool import ResourcePool
 
     now = time.time()
     snapshot = read_snapshot()
@@ -239,15 +238,10 @@ def gather_facts(spec: Any = None) -> DoctorFacts:
     if spec is not None:
         facts.spec_bundle_misfits = [(f"{spec.name}/{pool}", a) for pool, a in bundle_misfits(spec.bundles(), spec.worker_budgets())]
         used = {g.pool for g in spec.groups.values()}
-        facts.spec_pool_totals = {
-            f"{spec.name}/{name}": ResourcePool(p.process_on_nodes, use_gpu=p.use_gpu, max_colocate_count=p.max_colocate_count, strategy=p.strategy).demand().total
-            for name, p in spec.pools.items()
-            if name in used
-        }
-        for name, p in spec.pools.items():
-            if name in used:
-                pool = ResourcePool(p.process_on_nodes, use_gpu=p.use_gpu, max_colocate_count=p.max_colocate_count, name_prefix=spec.pool_prefix(name), strategy=p.strategy)
-                facts.pool_demands[f"{spec.name}/{name}"] = pool.demand()
+        for name in (n for n in spec.pools if n in used):
+            demand = spec.resource_pool(name).demand()
+            facts.spec_pool_totals[f"{spec.name}/{name}"] = demand.total
+            facts.pool_demands[f"{spec.name}/{name}"] = demand
     return facts
 
 

@@ -35,9 +35,9 @@ from typing import Any
 from .budget import WorkerBudget, bundle_misfits
 from .errors import ConfigError, first_line
 from .init_policy import InitPolicy
-from .layout import bundle_resources, check_process_on_nodes, validate_name_prefix
+from .layout import actor_name, bundle_resources, check_process_on_nodes, validate_name_prefix
 from .ownership import namespace_of, pool_prefix_of
-from .pool import PlacementStrategy
+from .pool import PlacementStrategy, ResourcePool
 from .restart_policy import RestartPolicy, RestartStrategy
 from .supervision import InFlightPolicy, SupervisionConfig
 
@@ -227,6 +227,23 @@ class SupervisorSpec:
 
     def worker_budgets(self) -> list[WorkerBudget]:
         return [g.worker_budget(name, self.pools[g.pool]) for name, g in self.groups.items() if g.pool in self.pools]
+
+    def resource_pool(self, pool: str) -> ResourcePool:
+        """The (not yet created) detached :class:`ResourcePool` of spec pool ``pool``, named so that a
+        restarted daemon finds its placement groups."""
+        p = self.pools[pool]
+        return ResourcePool(
+            p.process_on_nodes,
+            use_gpu=p.use_gpu,
+            max_colocate_count=p.max_colocate_count,
+            name_prefix=self.pool_prefix(pool),
+            detached=True,
+            strategy=p.strategy,
+        )
+
+    def actor_names(self, group: str, class_name: str) -> list[str]:
+        """The actor names of a group's ranks, in rank order (what a restarted daemon adopts)."""
+        return [actor_name(self.group_prefix(group), class_name, slot) for slot in self.resource_pool(self.groups[group].pool).rank_slots()]
 
     def bundles(self) -> dict[str, dict[str, float]]:
         """Resources of one bundle of each pool."""
