@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-
-TESTS_DIR = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
-ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+from daemon_harness import BIN, ENV, TESTS_DIR, wait_for_record
 
 
 @pytest.fixture(scope="module")
@@ -144,18 +139,9 @@ def cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
 
 
 def wait_record(name: str, state: str = "running", timeout_s: float = 90.0, daemon: DaemonProcess | None = None):
-    from supervisor.record import RecordStore
-
-    store = RecordStore()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = store.get(name)
-        if record is not None and record.state == state and (daemon is None or record.pid == daemon.proc.pid):
-            return record
-        if daemon is not None and daemon.proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {daemon.proc.returncode}: {daemon.log_path.read_text()[-3000:]}")
-        time.sleep(0.2)
-    raise AssertionError(f"supervisor {name} not {state} after {timeout_s}s")
+    if daemon is None:
+        return wait_for_record(name, state=state, timeout_s=timeout_s)
+    return wait_for_record(name, daemon.proc, state, timeout_s, daemon.log_path)
 
 
 def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -102,9 +100,7 @@ def test_init_failures_restarts_drift_hung_oversubscription_version():
 
 # -- real faults on a real cluster -----------------------------------------------------------------
 
-TESTS_DIR = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
-ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+from daemon_harness import BIN, ENV, TESTS_DIR  # noqa: E402 - the real-cluster half starts here
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import textwrap
 import time
 
 import pytest
-from test_doctor import BIN, ENV, TESTS_DIR, doctor
+from daemon_harness import BIN, ENV, TESTS_DIR, wait_for_record
+from test_doctor import doctor
 
 
 def test_doctor_on_a_running_supervisor_with_drift_and_kv_timeouts(tmp_path):
@@ -45,10 +46,7 @@ def test_doctor_on_a_running_supervisor_with_drift_and_kv_timeouts(tmp_path):
         """))  # fmt: skip
         daemon = subprocess.Popen([str(BIN / "supervisor"), "start", str(spec), "--address", c.address], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, env=ENV)  # fmt: skip
-        deadline = time.monotonic() + 90
-        while (record := RecordStore().get("drifty")) is None or record.state != "running":
-            assert time.monotonic() < deadline and daemon.poll() is None, "daemon not running"
-            time.sleep(0.3)
+        record = wait_for_record("drifty", daemon)
         assert doctor(c.address) == (0, [])  # a healthy running supervisor
         with pytest.raises(KVTimeoutError):
             KVStore.attach("supervisor.drifty").get("master_addr", timeout_s=0.5, namespace="rolout")

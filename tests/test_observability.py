@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.error
@@ -21,11 +20,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from daemon_harness import BIN, ENV, TESTS_DIR, wait_for_record
 
-TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent
-BIN = Path(sys.executable).parent
-ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 JOB = "ray-supervisor"
@@ -103,7 +100,7 @@ def scraped(tmp_path_factory):
             stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w"),  # noqa: SIM115
         )  # fmt: skip
         prom = f"http://127.0.0.1:{prom_port}"
-        record = _wait_running("sv-obs", daemon, tmp / "daemon.log")
+        record = wait_for_record("sv-obs", daemon, timeout_s=120, log=tmp / "daemon.log")
         time.sleep(3)  # steady traffic, scraped
         # A worker SIGKILLed: a failure detected, a restart, a recovery.
         handle = ray.get_actor(record.groups["counters"].actor_names[1], namespace=record.namespace)
@@ -151,18 +148,6 @@ def _wait(predicate, what: str, timeout_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
-
-
-def _wait_running(name: str, daemon: subprocess.Popen, log: Path):
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        record = _record(name)
-        if record is not None and record.state == "running":
-            return record
-        if daemon.poll() is not None:
-            raise AssertionError(f"daemon exited: {log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    raise AssertionError("daemon not running")
 
 
 def _query(prom: str, expr: str) -> dict:

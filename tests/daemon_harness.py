@@ -1,0 +1,39 @@
+"""What the tests that run `supervisor start` as a subprocess share: paths, the environment, and
+waiting for the daemon's state record."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TESTS_DIR = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent  # the venv's `supervisor` and `ray`
+# Loopback only; the daemon's workers import the test worker classes from tests/.
+ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+
+
+def wait_for_record(
+    name: str, proc: subprocess.Popen | None = None, state: str = "running", timeout_s: float = 90.0, log: Path | None = None
+) -> Any:
+    """The record of supervisor ``name`` once it is in ``state`` (and written by ``proc``, when given).
+
+    Raises:
+        AssertionError: ``proc`` exited first (with the tail of ``log``), or the timeout passed.
+    """
+    from supervisor.record import RecordStore
+
+    store = RecordStore()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = store.get(name)
+        if record is not None and record.state == state and (proc is None or record.pid == proc.pid):
+            return record
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text()[-3000:] if log is not None else ""
+            raise AssertionError(f"daemon exited with {proc.returncode}: {tail}")
+        time.sleep(0.2)
+    raise AssertionError(f"supervisor {name} not {state} after {timeout_s}s")
