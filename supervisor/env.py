@@ -13,6 +13,8 @@ MASTER_ADDR          address of rank 0's node, for torch.distributed rendezvous
 MASTER_PORT          a port that was free on rank 0's node when the group was created
 WG_PREFIX            the group's name prefix
 WG_BACKEND           always ``ray``
+SUPERVISOR_STANDBY   ``1`` in a pre-started standby, which has no RANK/LOCAL_RANK/LOCAL_WORLD_SIZE
+                     until it takes over a failed rank's environment
 ==================== ==========================================================================
 
 The user's ``worker_env`` may add variables but never override these.
@@ -25,10 +27,14 @@ from dataclasses import dataclass
 
 from .errors import WorkerEnvError
 
-__all__ = ["RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
+__all__ = ["STANDBY_ENV_KEY", "standby_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
+
+# Set (to "1") in a standby's environment instead of RANK/LOCAL_RANK/LOCAL_WORLD_SIZE.
+STANDBY_ENV_KEY = "SUPERVISOR_STANDBY"
 
 RESERVED_ENV_KEYS: frozenset[str] = frozenset(
     {
+        STANDBY_ENV_KEY,
         "WORLD_SIZE",
         "RANK",
         "LOCAL_RANK",
@@ -103,4 +109,14 @@ def worker_env_vars(
             "WG_BACKEND": "ray",
         }
     )
+    return env
+
+
+def standby_env_vars(world_size: int, prefix: str, rendezvous: Rendezvous, user_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a standby: the group's variables, but no rank until it takes one over."""
+    identity = WorkerIdentity(rank=0, world_size=world_size, local_rank=0, local_world_size=1, prefix=prefix)
+    env = worker_env_vars(identity, rendezvous, user_env)
+    for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE"):
+        del env[key]
+    env[STANDBY_ENV_KEY] = "1"
     return env

@@ -16,6 +16,7 @@ __all__ = [
     "PlacementError",
     "ClusterUnavailableError",
     "first_line",
+    "ray_error_line",
 ]
 
 
@@ -53,3 +54,18 @@ def first_line(exc: BaseException, limit: int | None = 200) -> str:
     text = [line for line in str(exc).strip().splitlines() if line.strip()]
     line = text[0] if text else ""
     return f"{type(exc).__name__}: {line[:limit] if limit is not None else line}"
+
+
+def ray_error_line(exc: BaseException) -> str:
+    """One line for an error from Ray that names the user's exception when there is one: a remote
+    call's cause, or what an actor's constructor raised (the last line of Ray's message)."""
+    import ray
+
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        cause = exc.cause if exc.cause is not None else exc
+        text = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {text[-1] if text else ''}"
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, ray.exceptions.RayActorError) and "creation task" in str(exc) and text:
+        return f"constructor raised {text[-1].strip()}"
+    return first_line(exc, limit=None)

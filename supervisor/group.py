@@ -9,24 +9,51 @@ re-attach to a detached group with :meth:`WorkerGroup.from_detached`.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
-from .env import Rendezvous, WorkerIdentity, check_user_env, worker_env_vars
+from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars
 from .errors import ClusterUnavailableError, ConfigError, UnknownMethodError
 from .layout import BundleSlot, actor_name, validate_name_prefix
 from .log import get_logger
 from .pool import PlacementStrategy, ResourcePool
 from .rendezvous import pick_rendezvous
+from .standby import BundleRef
 from .worker import SUPERVISION_CONCURRENCY_GROUPS, Worker, send_rendezvous
 
-__all__ = ["WorkerGroup", "DEFAULT_NAMESPACE"]
+__all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "GroupPlacement"]
 
 # Named actors are looked up per namespace; a fixed one lets any driver find a detached group.
 DEFAULT_NAMESPACE = "ray_supervisor"
 
 log = get_logger("group")
+
+
+@dataclass(frozen=True)
+class Standby:
+    """A pre-started actor of the group's class, waiting in a free bundle to take over a failed rank."""
+
+    name: str
+    handle: Any
+    bundle: BundleRef
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    """Where an earlier supervisor left a group's actors: what a state record keeps to re-adopt them
+    once standbys have taken ranks over (Ray cannot rename an actor, so names no longer follow the layout).
+
+    Attributes:
+        actor_names: each rank's actor name, in rank order.
+        bundles: each rank's bundle, in rank order.
+        standbys: standby actor name by bundle.
+    """
+
+    actor_names: list[str]
+    bundles: list[BundleRef]
+    standbys: dict[BundleRef, str] = field(default_factory=dict)
 
 
 class WorkerGroup:
@@ -46,6 +73,8 @@ class WorkerGroup:
         adopt: with a resource pool, attach to the live actors that already carry this group's
             names (a detached group left by an earlier supervisor) and create only the missing ranks;
             ``adopted_ranks`` lists the ranks attached. If rank 0 is missing, a new rendezvous is picked.
+        placement: with ``adopt``, the actor names and bundles an earlier supervisor recorded (after
+            standby takeovers); default: the names and bundles of the layout.
 
     Raises:
         ConfigError / WorkerEnvError: invalid arguments (nothing is created).
@@ -67,6 +96,7 @@ class WorkerGroup:
         master_addr: str | None = None,
         master_port: int | str | None = None,
         adopt: bool = False,
+        placement: GroupPlacement | None = None,
     ) -> None:
         self.name_prefix = validate_name_prefix(name_prefix) if name_prefix else f"wg-{uuid.uuid4().hex[:6]}-"
         self.namespace = namespace
@@ -78,8 +108,10 @@ class WorkerGroup:
         self.sub_cls_name = ""
         self._workers: list[Any] = []
         self._worker_names: list[str] = []
-        self._slots: list[BundleSlot] = []
-        self._pgs: list[Any] = []
+        self._slots: list[BundleSlot] = []  # each rank's identity in the layout (LOCAL_RANK, ...)
+        self._bundles: list[BundleRef] = []  # each rank's bundle now (a standby's, after it took over)
+        self._standbys: dict[BundleRef, Standby] = {}
+        self._pgs: list[Any] = []  # the pool's placement groups in rank order, then its spare group
         self._rendezvous: Rendezvous | None = None
         self._dispatch_info: dict[str, list[int]] = {}
         self._collect_info: dict[str, list[bool]] = {}
@@ -106,7 +138,7 @@ class WorkerGroup:
         else:
             if cls_with_init is None:
                 raise ConfigError("cls_with_init is required to create workers in a resource pool")
-            self._create_workers(resource_pool, cls_with_init, bin_pack, adopt)
+            self._create_workers(resource_pool, cls_with_init, bin_pack, adopt, placement)
         if cls_with_init is not None:
             self.method_names = bind_registered_methods(self, cls_with_init.user_cls)
 
@@ -128,36 +160,44 @@ class WorkerGroup:
         self._workers = handles
         self._worker_names = list(worker_names)
 
-    def _create_workers(self, pool: ResourcePool, cls_with_init: ClassWithInitArgs, bin_pack: bool, adopt: bool) -> None:
+    def _create_workers(
+        self, pool: ResourcePool, cls_with_init: ClassWithInitArgs, bin_pack: bool, adopt: bool, placement: GroupPlacement | None
+    ) -> None:
         if self.detached and not pool.detached:
             log.warning("detached_group_in_non_detached_pool", group=self.name_prefix, pool=pool.name_prefix)
         pgs = pool.get_placement_groups(strategy=None if bin_pack else PlacementStrategy.PACK)
-        self._pgs = list(pgs)
+        self._pgs = [*pgs, *([pool.spare_pg] if pool.spare_pg is not None else [])]
         slots = pool.rank_slots()
         class_name = cls_with_init.user_cls.__name__
-        names = [actor_name(self.name_prefix, class_name, slot) for slot in slots]
+        layout = [BundleRef(s.pg_index, s.bundle_index) for s in slots]
+        if placement is not None and len(placement.actor_names) == len(slots) and len(placement.bundles) == len(slots):
+            names, bundles = list(placement.actor_names), list(placement.bundles)
+        else:
+            names, bundles = [actor_name(self.name_prefix, class_name, slot) for slot in slots], layout
         existing = {rank: handle for rank, name in enumerate(names) if adopt and (handle := self._find_actor(name)) is not None}
+        self._slots, self._bundles = list(slots), bundles
         if self._rendezvous is None or (adopt and 0 not in existing):
             # Rank 0 is created now, so its rendezvous is picked now on its bundle's node, never on
             # an adopted group's earlier port (stale peers may still connect to it).
-            first = slots[0]
-            previous = self._rendezvous.master_port if self._rendezvous else None
-            self._rendezvous = pick_rendezvous(pgs[first.pg_index], first.bundle_index, avoid_port=previous)
+            self._pick_new_rendezvous()
         created: list[Any] = []
         try:
             for slot, name in zip(slots, names, strict=True):
                 handle = existing.get(slot.rank)
                 if handle is None:
-                    handle = self._create_actor(pool, pgs, cls_with_init, slot, name, len(slots))
+                    handle = self._create_actor(bundles[slot.rank], name, self._rank_env(slot.rank))
                     created.append(handle)
                 self._workers.append(handle)
                 self._worker_names.append(name)
-                self._slots.append(slot)
         except BaseException:
             # Transactional start: a half-created group leaves no actors behind (adopted ones stay).
             self._workers = created
             self.kill()
             raise
+        for bundle, name in (placement.standbys.items() if placement is not None and adopt else []):
+            handle = self._find_actor(name)
+            if handle is not None:
+                self._standbys[bundle] = Standby(name, handle, bundle)
         self.adopted_ranks = sorted(existing)
         log.info(
             "group_adopted" if existing else "group_created",
@@ -169,28 +209,33 @@ class WorkerGroup:
             master=f"{self._rendezvous.master_addr}:{self._rendezvous.master_port}",
         )
 
-    def _create_actor(
-        self, pool: ResourcePool, pgs: list[Any], cls_with_init: ClassWithInitArgs, slot: BundleSlot, name: str, world_size: int
-    ) -> Any:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
+    def _rank_env(self, rank: int) -> dict[str, str]:
+        """The environment of ``rank`` (what its actor starts with, or a standby adopts)."""
         assert self._rendezvous is not None
+        slot = self._slots[rank]
         identity = WorkerIdentity(
-            rank=slot.rank,
-            world_size=world_size,
+            rank=rank,
+            world_size=len(self._slots),
             local_rank=slot.local_rank,
             local_world_size=slot.local_world_size,
             prefix=self.name_prefix,
         )
+        return worker_env_vars(identity, self._rendezvous, self.worker_env)
+
+    def _create_actor(self, bundle: BundleRef, name: str, env: dict[str, str]) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        pool, cls_with_init = self.resource_pool, self.cls_with_init
+        assert pool is not None and cls_with_init is not None
         options = dict(cls_with_init.options)
         runtime_env = dict(options.pop("runtime_env", None) or {})
-        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **worker_env_vars(identity, self._rendezvous, self.worker_env)}
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
         options.update(
             runtime_env=runtime_env,
             name=name,
             namespace=self.namespace,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=pgs[slot.pg_index], placement_group_bundle_index=slot.bundle_index
+                placement_group=self._pgs[bundle.pg_index], placement_group_bundle_index=bundle.bundle_index
             ),
         )
         if pool.use_gpu:
@@ -262,6 +307,7 @@ class WorkerGroup:
                 namespace=self.namespace,
             )
             group._slots = list(self._slots)
+            group._bundles = list(self._bundles)
             group._pgs = list(self._pgs)
             group._rendezvous = self._rendezvous
             group.resource_pool = self.resource_pool
@@ -279,13 +325,16 @@ class WorkerGroup:
         """The group's name in metrics and logs: its prefix without trailing separators."""
         return self.name_prefix.rstrip("-_:.") or self.name_prefix
 
-    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0) -> Any:
-        """Kill rank ``rank``'s actor and create a fresh one into the same bundle.
+    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None) -> Any:
+        """Kill rank ``rank``'s actor and create a fresh one into the same bundle (or into ``bundle``).
 
         The new actor has the same name, rank and environment. Replacing rank 0 also replaces the
         rendezvous (it lives on rank 0's node): once the old actor is gone a fresh MASTER_ADDR/PORT is
         picked on its bundle and the new rank 0 starts with it; live ranks learn it through
         :meth:`propagate_rendezvous`. Only groups that created their actors can replace them.
+
+        Args:
+            bundle: a free bundle of the group (a spare) to move the rank to; default: its own bundle.
 
         Returns:
             The new actor handle.
@@ -294,24 +343,115 @@ class WorkerGroup:
             ConfigError: the group was attached by name or handle, or ``rank`` is out of range.
             TimeoutError: Ray did not release the old actor's name in time.
         """
+        self._check_replaceable(rank)
+        name = self._worker_names[rank]
+        self._kill_rank(rank)
+        self._wait_name_released(name, name_release_timeout_s)
+        if bundle is not None:
+            self._bundles[rank] = bundle
+        if rank == 0:
+            self._pick_new_rendezvous()
+        handle = self._create_actor(self._bundles[rank], name, self._rank_env(rank))
+        self._workers[rank] = handle
+        return handle
+
+    def take_over(self, rank: int, bundle: BundleRef, timeout_s: float = 60.0) -> Any:
+        """Kill rank ``rank``'s actor and let the standby in ``bundle`` become that rank.
+
+        The standby adopts the rank's environment (RANK, LOCAL_RANK, the rendezvous, the user's
+        variables) and from then on is that rank; it keeps its own actor name (Ray cannot rename an
+        actor), which :attr:`worker_names` reports. A standby taking over rank 0 gets a fresh
+        rendezvous on its own node (survivors learn it through :meth:`propagate_rendezvous`).
+
+        Returns:
+            The standby's handle, now rank ``rank``.
+
+        Raises:
+            ConfigError: no standby in ``bundle``, or the rank cannot be replaced.
+            ray.exceptions.RayError / TimeoutError: the standby died or did not answer; it is dropped
+                and the rank is left without an actor (replace it with :meth:`replace_worker`).
+        """
+        import ray
+
+        self._check_replaceable(rank)
+        standby = self._standbys.pop(bundle, None)
+        if standby is None:
+            raise ConfigError(f"group {self.name_prefix} has no standby in bundle {bundle}")
+        self._kill_rank(rank)
+        previous = self._bundles[rank]
+        self._bundles[rank] = bundle
+        try:
+            if rank == 0:
+                self._pick_new_rendezvous()
+            info = ray.get(standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s)
+        except BaseException:
+            self._bundles[rank] = previous
+            kill_actor_quietly(standby.handle)
+            raise
+        self._workers[rank] = standby.handle
+        self._worker_names[rank] = standby.name
+        self.rank_nodes[rank] = info["node_id"]
+        log.info("standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=f"{bundle.pg_index}:{bundle.bundle_index}")
+        return standby.handle
+
+    def start_standbys(self, bundles: list[BundleRef]) -> list[Standby]:
+        """Start a standby in each of ``bundles`` (free bundles of the group); returns without waiting
+        for their constructors. A standby has the group's environment but no rank (see
+        :data:`~supervisor.env.STANDBY_ENV_KEY`)."""
+        if self.resource_pool is None or self.cls_with_init is None or self._rendezvous is None:
+            raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot start standbys")
+        env = standby_env_vars(len(self._slots), self.name_prefix, self._rendezvous, self.worker_env)
+        started = []
+        for bundle in bundles:
+            if bundle in self._standbys or bundle in self._bundles:
+                raise ConfigError(f"bundle {bundle} of group {self.name_prefix} is not free")
+            name = f"{self.name_prefix}{self.cls_with_init.user_cls.__name__}_standby-{uuid.uuid4().hex[:8]}"
+            standby = Standby(name, self._create_actor(bundle, name, env), bundle)
+            self._standbys[bundle] = standby
+            started.append(standby)
+        return started
+
+    def drop_standby(self, bundle: BundleRef) -> None:
+        """Forget (and kill) the standby in ``bundle``, e.g. because it died."""
+        standby = self._standbys.pop(bundle, None)
+        if standby is not None:
+            kill_actor_quietly(standby.handle)
+
+    def all_bundles(self) -> list[BundleRef]:
+        """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
+        layout = [BundleRef(s.pg_index, s.bundle_index) for s in self._slots]
+        spares = []
+        if self.resource_pool is not None and self.resource_pool.spare_pg is not None:
+            spare_index = len(self._pgs) - 1
+            spares = [BundleRef(spare_index, b) for b in range(self.resource_pool.spare_bundle_count)]
+        return [*layout, *spares]
+
+    def placed_bundles(self) -> dict[BundleRef, str]:
+        """The node of every bundle of the group that is placed now (its placement group is CREATED
+        and its node alive); bundles of a lost node that Ray is re-placing are absent."""
+        import ray
+        from ray.util import placement_group_table
+
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        out: dict[BundleRef, str] = {}
+        for index in sorted({b.pg_index for b in self.all_bundles()}):
+            table = placement_group_table(self._pgs[index])
+            if table.get("state") != "CREATED":
+                continue
+            for bundle_index, node in table.get("bundles_to_node_id", {}).items():
+                if node in alive:
+                    out[BundleRef(index, int(bundle_index))] = str(node)
+        return out
+
+    def _check_replaceable(self, rank: int) -> None:
         if not self._slots or self.resource_pool is None or self.cls_with_init is None:
             raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot replace them")
         if not 0 <= rank < len(self._workers):
             raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
-        import ray
 
-        name = self._worker_names[rank]
-        try:
-            ray.kill(self._workers[rank], no_restart=True)
-        except Exception as exc:  # already dead
-            log.debug("actor_kill_failed", group=self.name_prefix, rank=rank, error=str(exc))
-        self._wait_name_released(name, name_release_timeout_s)
+    def _kill_rank(self, rank: int) -> None:
+        kill_actor_quietly(self._workers[rank])
         self.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
-        if rank == 0:
-            self._pick_new_rendezvous()
-        handle = self._create_actor(self.resource_pool, self._pgs, self.cls_with_init, self._slots[rank], name, len(self._workers))
-        self._workers[rank] = handle
-        return handle
 
     def _wait_name_released(self, name: str, timeout_s: float) -> None:
         # ray.kill is asynchronous: the GCS frees the name once the actor is DEAD.
@@ -333,7 +473,7 @@ class WorkerGroup:
 
     def _pick_new_rendezvous(self) -> Rendezvous:
         # On rank 0's bundle, and never the previous port: stale peers may still connect to it.
-        first = self._slots[0]
+        first = self._bundles[0]
         previous = self._rendezvous.master_port if self._rendezvous else None
         self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous)
         return self._rendezvous
@@ -442,8 +582,21 @@ class WorkerGroup:
 
     @property
     def slots(self) -> list[BundleSlot]:
-        """Bundle of every rank (empty for groups attached by name)."""
+        """Every rank's place in the pool's layout, which fixes its identity (empty for attached groups)."""
         return list(self._slots)
+
+    @property
+    def rank_bundles(self) -> list[BundleRef]:
+        """The bundle every rank runs in now (its layout slot's, until a standby or spare takes it over)."""
+        return list(self._bundles)
+
+    @property
+    def standbys(self) -> dict[BundleRef, Standby]:
+        return dict(self._standbys)
+
+    def placement(self) -> GroupPlacement:
+        """What a state record keeps to re-adopt this group (see :class:`GroupPlacement`)."""
+        return GroupPlacement(list(self._worker_names), list(self._bundles), {b: s.name for b, s in self._standbys.items()})
 
     @property
     def master_address(self) -> str | None:
@@ -461,18 +614,26 @@ class WorkerGroup:
 
     # -- teardown -------------------------------------------------------------------------------
     def kill(self) -> None:
-        """End the group's actors (detached ones too). Idempotent; safe when Ray is down."""
+        """End the group's actors and standbys (detached ones too). Idempotent; safe when Ray is down."""
         import ray
 
-        workers, self._workers = self._workers, []
+        workers, self._workers = [*self._workers, *(s.handle for s in self._standbys.values())], []
         self._worker_names = []
         self._slots = []
+        self._bundles = []
+        self._standbys = {}
         if not ray.is_initialized():
             return
         for worker in workers:
-            try:
-                ray.kill(worker, no_restart=True)
-            except Exception as exc:  # already dead, or the cluster is gone
-                log.debug("actor_kill_failed", group=self.name_prefix, error=str(exc))
+            kill_actor_quietly(worker)
         if workers:
             log.info("group_killed", group=self.name_prefix, actors=len(workers))
+
+
+def kill_actor_quietly(actor: Any) -> None:
+    import ray
+
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception as exc:  # already dead, or the cluster is gone
+        log.debug("actor_kill_failed", actor=str(actor), error=str(exc))

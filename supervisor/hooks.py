@@ -62,6 +62,12 @@ class LifecycleHooks:
     def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
         """A pool's bundles: placed on a node, or pending (waiting, or being re-placed after a node loss)."""
 
+    def on_standby_state(self, group: str, ready: int, starting: int) -> None:
+        """A group's standbys: constructed and ready to take over, or still starting."""
+
+    def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
+        """A standby died, or its constructor raised (it is dropped and another one started)."""
+
 
 class ObservingHooks(LifecycleHooks):
     """Record metrics and structured logs for every lifecycle event."""
@@ -122,6 +128,13 @@ class ObservingHooks(LifecycleHooks):
     def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
         metrics.POOL_BUNDLES.labels(pool=pool, state="placed").set(placed)
         metrics.POOL_BUNDLES.labels(pool=pool, state="pending").set(pending)
+
+    def on_standby_state(self, group: str, ready: int, starting: int) -> None:
+        metrics.STANDBY_WORKERS.labels(group=group, state="ready").set(ready)
+        metrics.STANDBY_WORKERS.labels(group=group, state="starting").set(starting)
+
+    def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
+        log.warning("standby_failed", group=group, actor=actor, detail=detail)
 
 
 def default_hooks() -> LifecycleHooks:

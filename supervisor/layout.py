@@ -6,6 +6,7 @@ in the library, the daemon and ``supervisor status``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -15,6 +16,9 @@ __all__ = [
     "BundleSlot",
     "bundle_resources",
     "placement_group_name",
+    "spare_placement_group_name",
+    "spare_bundle_count",
+    "check_capacity_factor",
     "rank_layout",
     "check_process_on_nodes",
     "actor_name",
@@ -93,6 +97,28 @@ def placement_group_name(pool_prefix: str, process_on_nodes: list[int], pg_index
     """
     shape = "_".join(str(n) for n in process_on_nodes)
     return f"{pool_prefix}:pg{shape}:{pg_index}"
+
+
+def check_capacity_factor(capacity_factor: object) -> float:
+    """Validate a pool's ``capacity_factor`` (reserved bundles / the ranks' bundles).
+
+    Raises:
+        ConfigError: not a finite number >= 1.
+    """
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, int | float) or not math.isfinite(capacity_factor) or capacity_factor < 1:
+        raise ConfigError(f"capacity_factor must be a number >= 1.0 (1.0: no spare bundles), got {capacity_factor!r}")
+    return float(capacity_factor)
+
+
+def spare_bundle_count(world_size: int, capacity_factor: float) -> int:
+    """Spare bundles a pool of ``world_size`` bundles reserves: the extra capacity, rounded up."""
+    return math.ceil(world_size * (capacity_factor - 1) - 1e-9)
+
+
+def spare_placement_group_name(pool_prefix: str, process_on_nodes: list[int], spares: int) -> str:
+    """Name of a pool's spare placement group; a changed number of spares is another group."""
+    shape = "_".join(str(n) for n in process_on_nodes)
+    return f"{pool_prefix}:pg{shape}:spare{spares}"
 
 
 def rank_layout(process_on_nodes: list[int], start: int = 0, world_size: int | None = None) -> list[BundleSlot]:

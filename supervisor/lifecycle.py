@@ -24,12 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .actor_class import ClassWithInitArgs
-from .errors import SupervisorError, first_line
-from .group import DEFAULT_NAMESPACE, WorkerGroup
+from .errors import SupervisorError, ray_error_line
+from .group import DEFAULT_NAMESPACE, WorkerGroup, kill_actor_quietly
 from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
 from .log import get_logger
 from .pool import ResourcePool
+from .standby import BundleRef
 from .worker import send_probe
 
 __all__ = ["create_group", "adopt_group", "init_group", "InitGroupError", "ActorStartError"]
@@ -161,19 +162,10 @@ def adopt_group(
         group.rank_nodes = {**nodes, **_wait_started(group, actor_start_timeout_s, sorted(new))}
     except BaseException:
         for rank in new:
-            _kill_quietly(group.workers[rank])
+            kill_actor_quietly(group.workers[rank])
         raise
     log.info("group_adopted_ready", group=group.name, kept=group.world_size - len(new), new=sorted(new))
     return group, sorted(new)
-
-
-def _kill_quietly(actor: Any) -> None:
-    import ray
-
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # already dead
-        pass
 
 
 def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float, probe: bool = False) -> tuple[dict[int, str], dict[int, str]]:
@@ -190,7 +182,7 @@ def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float, probe
         try:
             nodes[rank] = ray.get(ref)["node_id"]
         except ray.exceptions.RayError as exc:
-            problems[rank] = _one_line(exc)
+            problems[rank] = ray_error_line(exc)
     return nodes, problems
 
 
@@ -202,20 +194,6 @@ def _wait_started(group: WorkerGroup, timeout_s: float, ranks: list[int] | None 
     return nodes
 
 
-def _one_line(exc: BaseException) -> str:
-    import ray
-
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        cause = exc.cause if exc.cause is not None else exc
-        text = str(cause).strip().splitlines()
-        return f"{type(cause).__name__}: {text[-1] if text else ''}"
-    text = [line for line in str(exc).strip().splitlines() if line.strip()]
-    if isinstance(exc, ray.exceptions.RayActorError) and "creation task" in str(exc) and text:
-        # The constructor raised: Ray's message ends with the original "Type: message" line.
-        return f"constructor raised {text[-1].strip()}"
-    return first_line(exc, limit=None)
-
-
 def _classify(ref: Any, ready: bool, timeout_s: float) -> tuple[InitOutcome, str | None]:
     import ray
 
@@ -224,9 +202,9 @@ def _classify(ref: Any, ready: bool, timeout_s: float) -> tuple[InitOutcome, str
     try:
         ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
-        return InitOutcome.RAISED, _one_line(exc)
+        return InitOutcome.RAISED, ray_error_line(exc)
     except ray.exceptions.RayActorError as exc:
-        return InitOutcome.DIED, f"actor died: {_one_line(exc)}"
+        return InitOutcome.DIED, f"actor died: {ray_error_line(exc)}"
     return InitOutcome.OK, None
 
 
@@ -321,7 +299,7 @@ def _run_round(
 ) -> list[RankAttempt]:
     import ray
 
-    slots, rank_nodes = group.slots, group.rank_nodes
+    bundles, rank_nodes = group.rank_bundles, group.rank_nodes
     node_refs = {r: group.workers[r].node_info.remote() for r in ranks if r not in rank_nodes}
     started = time.monotonic()
     refs = {group._remote(group.workers[r], method, args, kwargs): r for r in ranks}
@@ -339,14 +317,14 @@ def _run_round(
     for ref, rank in sorted(refs.items(), key=lambda kv: kv[1]):
         outcome, error = _classify(ref, ref in ready_set, policy.timeout_s)
         calls[rank] += 1
-        slot = slots[rank] if rank < len(slots) else None
+        bundle = bundles[rank] if rank < len(bundles) else None
         attempt = RankAttempt(
             rank=rank,
             attempt=calls[rank],
             outcome=outcome,
             error=error,
-            node_id=rank_nodes.get(rank) or _bundle_node(group, slot),
-            bundle=f"{slot.pg_index}:{slot.bundle_index}" if slot else None,
+            node_id=rank_nodes.get(rank) or _bundle_node(group, bundle),
+            bundle=f"{bundle.pg_index}:{bundle.bundle_index}" if bundle else None,
             duration_s=elapsed,
         )
         hooks.on_init_attempt(group.name, attempt)
@@ -354,10 +332,10 @@ def _run_round(
     return attempts
 
 
-def _bundle_node(group: WorkerGroup, slot: Any) -> str | None:
-    if slot is None or group.resource_pool is None:
+def _bundle_node(group: WorkerGroup, bundle: BundleRef | None) -> str | None:
+    if bundle is None or group.resource_pool is None:
         return None
     try:
-        return group.resource_pool.bundle_node(slot.pg_index, slot.bundle_index)
+        return group.resource_pool.bundle_node(bundle.pg_index, bundle.bundle_index)
     except SupervisorError:
         return None

@@ -27,6 +27,7 @@ __all__ = [
     "RECOVERY",
     "PLACEMENT_DRIFT_WORKERS",
     "PLACEMENT_DRIFT_EVENTS",
+    "STANDBY_WORKERS",
     "KV_WAIT",
     "KV_WAIT_WAKEUPS",
     "BUILD_INFO",
@@ -83,6 +84,10 @@ PLACEMENT_DRIFT_WORKERS = Gauge(
 )
 PLACEMENT_DRIFT_EVENTS = Counter(
     "supervisor_placement_drift_events_total", "Replacements that landed on another node.", ["group"], registry=REGISTRY,
+)
+STANDBY_WORKERS = Gauge(
+    "supervisor_standby_workers", "Pre-started standby actors of a group: ready, or starting.",
+    ["group", "state"], registry=REGISTRY,
 )
 KV_WAIT = Histogram(
     "supervisor_kv_wait_seconds", "Time a KV read waited for its key.", buckets=LATENCY_BUCKETS, registry=REGISTRY,

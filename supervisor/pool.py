@@ -24,9 +24,12 @@ from .hooks import LifecycleHooks, default_hooks
 from .layout import (
     BundleSlot,
     bundle_resources,
+    check_capacity_factor,
     check_process_on_nodes,
     placement_group_name,
     rank_layout,
+    spare_bundle_count,
+    spare_placement_group_name,
     validate_name_prefix,
 )
 from .log import get_logger
@@ -101,6 +104,10 @@ class ResourcePool:
             one node).
         accelerator_type: optional Ray accelerator type to pin bundles to (e.g. ``"A100"``).
         n_gpus_per_node: informational, as in verl.
+        capacity_factor: reserve ``ceil(world_size * (capacity_factor - 1))`` spare bundles beyond the
+            ranks' (1.0: none), in one more placement group spread over nodes. Replacements (and groups'
+            standbys) use them when a rank's own bundle is gone or being re-placed. They are reserved,
+            idle resources: 1.25 on 8 GPUs holds 2 more GPUs for the whole run.
 
     Raises:
         ConfigError: invalid layout, prefix or strategy.
@@ -116,6 +123,7 @@ class ResourcePool:
         strategy: PlacementStrategy | str = PlacementStrategy.STRICT_PACK,
         accelerator_type: str | None = None,
         n_gpus_per_node: int = 8,
+        capacity_factor: float = 1.0,
     ) -> None:
         self._store: list[int] = check_process_on_nodes(process_on_nodes) if process_on_nodes else []
         self.use_gpu = bool(use_gpu)
@@ -126,7 +134,9 @@ class ResourcePool:
         self.strategy = PlacementStrategy.parse(strategy)
         self.accelerator_type = accelerator_type
         self.n_gpus_per_node = n_gpus_per_node
+        self.capacity_factor = check_capacity_factor(capacity_factor)
         self.pgs: list[Any] | None = None
+        self.spare_pg: Any | None = None  # the placement group of the spare bundles, once ready
         self._owns_pgs = True
         self._created: list[Any] = []  # placement groups this pool created (not adopted)
         self._parent: ResourcePool | None = None
@@ -166,6 +176,14 @@ class ResourcePool:
         """Bundle of every rank of a group that spans this pool, in rank order."""
         return rank_layout(self._store)
 
+    @property
+    def spare_bundle_count(self) -> int:
+        """Spare bundles reserved beyond the ranks' (see ``capacity_factor``)."""
+        return spare_bundle_count(self.world_size, self.capacity_factor)
+
+    def spare_placement_group_name(self) -> str | None:
+        return spare_placement_group_name(self.name_prefix, self._store, self.spare_bundle_count) if self.spare_bundle_count else None
+
     # -- placement groups (Ray) -----------------------------------------------------------------
     def demand(self, strategy: PlacementStrategy | str | None = None) -> PoolDemand:
         """What the pool asks the cluster for (input of feasibility checks and diagnosis)."""
@@ -178,6 +196,23 @@ class ResourcePool:
                 (name, tuple(dict(bundle) for _ in range(n))) for name, n in zip(self.placement_group_names(), self._store, strict=True)
             ),
         )
+
+    def spare_demand(self) -> PoolDemand | None:
+        """What the spare bundles ask for (spread over nodes), or None without spares."""
+        name = self.spare_placement_group_name()
+        if name is None:
+            return None
+        bundle = self.bundle()
+        spares = tuple(dict(bundle) for _ in range(self.spare_bundle_count))
+        return PoolDemand(pool=self.name_prefix, strategy=PlacementStrategy.SPREAD.value, placement_groups=((name, spares),))
+
+    def reserved_total(self) -> dict[str, float]:
+        """Everything the pool reserves: its ranks' bundles and its spare bundles."""
+        total = dict(self.demand().total)
+        spare = self.spare_demand()
+        for key, value in (spare.total if spare else {}).items():
+            total[key] = total.get(key, 0.0) + value
+        return total
 
     def get_placement_groups(
         self,
@@ -219,8 +254,6 @@ class ResourcePool:
         if not self._store:
             raise ConfigError("the pool has no nodes: process_on_nodes is empty")
         ray = _require_ray()
-        from ray.util import get_placement_group, placement_group
-
         hooks = hooks if hooks is not None else default_hooks()
         demand = self.demand(strategy)
         try:
@@ -229,39 +262,51 @@ class ResourcePool:
             hooks.on_resource_wait_done(self.name_prefix, 0.0, "infeasible")
             raise
         bundle = self.bundle()
-        lifetime = "detached" if self.detached else None
+        spare_demand = self.spare_demand()
         pgs: list[Any] = []
         created: list[Any] = []
+        spare_pg = None
         try:
-            for index, (pg_name, count) in enumerate(zip(self.placement_group_names(), self._store, strict=True)):
-                existing = self._find_existing(get_placement_group, pg_name)
-                if existing is not None:
-                    if list(existing.bundle_specs) != [bundle] * count:
-                        raise PlacementError(
-                            f"placement group {pg_name!r} exists with bundles {existing.bundle_specs}, "
-                            f"expected {count} x {bundle}; remove it or use another name_prefix"
-                        )
-                    log.info("placement_group_adopted", pool=self.name_prefix, name=pg_name, index=index)
-                    pgs.append(existing)
-                    continue
-                pg = placement_group(
-                    bundles=[dict(bundle) for _ in range(count)], strategy=demand.strategy, name=pg_name, lifetime=lifetime
-                )
-                created.append(pg)
-                pgs.append(pg)
-            hooks.on_pool_bundles(self.name_prefix, 0, sum(self._store))
+            for pg_name, count in zip(self.placement_group_names(), self._store, strict=True):
+                pgs.append(self._create_or_adopt(pg_name, [bundle] * count, demand.strategy, created))
+            if spare_demand is not None:
+                spare_name, spare_bundles = spare_demand.placement_groups[0]
+                spare_pg = self._create_or_adopt(spare_name, list(spare_bundles), spare_demand.strategy, created)
+            hooks.on_pool_bundles(self.name_prefix, 0, self.world_size + self.spare_bundle_count)
             wait_for_placement_groups(demand, pgs, timeout_s, progress_interval_s, hooks)
-            hooks.on_pool_bundles(self.name_prefix, sum(self._store), 0)
+            if spare_demand is not None:
+                wait_for_placement_groups(spare_demand, [spare_pg], timeout_s, progress_interval_s, hooks)
+            hooks.on_pool_bundles(self.name_prefix, self.world_size + self.spare_bundle_count, 0)
             self.pgs = self._rank_order(ray, pgs)
+            self.spare_pg = spare_pg
             self._record_original_nodes()
         except BaseException:
-            self.pgs = None
+            self.pgs = self.spare_pg = None
             for pg in created:
                 _remove_quietly(pg)
             hooks.on_pool_bundles(self.name_prefix, 0, 0)  # nothing waits any more
             raise
         self._created = created
         return self.pgs
+
+    def _create_or_adopt(self, pg_name: str, bundles: list[dict[str, float]], strategy: str, created: list[Any]) -> Any:
+        # A placement group of that name left by an earlier incarnation (a detached pool) is adopted.
+        from ray.util import get_placement_group, placement_group
+
+        existing = self._find_existing(get_placement_group, pg_name)
+        if existing is not None:
+            if list(existing.bundle_specs) != bundles:
+                raise PlacementError(
+                    f"placement group {pg_name!r} exists with bundles {existing.bundle_specs}, "
+                    f"expected {len(bundles)} x {bundles[0]}; remove it or use another name_prefix"
+                )
+            log.info("placement_group_adopted", pool=self.name_prefix, name=pg_name)
+            return existing
+        pg = placement_group(
+            bundles=[dict(b) for b in bundles], strategy=strategy, name=pg_name, lifetime="detached" if self.detached else None
+        )
+        created.append(pg)
+        return pg
 
     @staticmethod
     def _find_existing(get_placement_group: Any, pg_name: str) -> Any | None:
@@ -295,7 +340,7 @@ class ResourcePool:
         from ray.util import placement_group_table
 
         placed = total = 0
-        for pg in self.pgs or []:
+        for pg in [*(self.pgs or []), *([self.spare_pg] if self.spare_pg is not None else [])]:
             table = placement_group_table(pg)
             total += len(pg.bundle_specs)
             placed += sum(1 for node in table.get("bundles_to_node_id", {}).values() if node)
@@ -359,7 +404,7 @@ class ResourcePool:
         """Undo the last :meth:`get_placement_groups`: remove the placement groups it created, forget the
         ones it adopted (they belong to whoever made them). For cleanup after a failed start."""
         created, self._created = self._created, []
-        self.pgs = None
+        self.pgs = self.spare_pg = None
         self._original_nodes = {}
         for pg in created:
             _remove_quietly(pg)
@@ -371,6 +416,7 @@ class ResourcePool:
         Views made by split/merge own nothing and do nothing here.
         """
         pgs, self.pgs = self.pgs, None
+        spare, self.spare_pg = self.spare_pg, None
         self._original_nodes = {}
         if not pgs or not self._owns_pgs:
             return
@@ -379,9 +425,9 @@ class ResourcePool:
 
         if not ray.is_initialized():
             return
-        for pg in pgs:
+        for pg in [*pgs, *([spare] if spare is not None else [])]:
             _remove_quietly(pg)
-        log.info("pool_torn_down", pool=self.name_prefix, placement_groups=len(pgs))
+        log.info("pool_torn_down", pool=self.name_prefix, placement_groups=len(pgs), spare_bundles=self.spare_bundle_count)
 
 
 def _remove_quietly(pg: Any) -> None:

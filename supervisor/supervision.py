@@ -25,7 +25,7 @@ from typing import Any
 
 from .cluster_state import read_snapshot
 from .drift import RankPlacement, compute_drift
-from .errors import SupervisorError, first_line
+from .errors import ConfigError, SupervisorError, first_line, ray_error_line
 from .group import WorkerGroup
 from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitPolicy, failures_per_rank
@@ -41,7 +41,8 @@ from .restart_policy import (
     RestartRecord,
     decide,
 )
-from .worker import arm_sentinel, send_probe
+from .standby import BundleRef, Replacement, ReplacementKind, free_bundles, plan_replacements, standby_bundles
+from .worker import Worker, arm_sentinel, send_probe
 
 __all__ = [
     "GroupState",
@@ -54,6 +55,10 @@ __all__ = [
 ]
 
 log = get_logger("supervision")
+
+# Standbys that die before they are ready, in a row, after which no more are started (their
+# constructor most likely depends on the rank, or cannot run in a spare bundle).
+STANDBY_FAILURE_LIMIT = 3
 
 
 class GroupState(enum.Enum):
@@ -104,6 +109,10 @@ class SupervisionConfig:
         bundle_wait_timeout_s: how long to wait for a lost node's bundles to be re-placed.
         poll_interval_s: longest a supervision pass blocks (bounds the reaction to reports and stop()).
         sentinel_hold_s: how long one sentinel call stays outstanding before it is re-armed.
+        standbys: pre-started actors kept in free bundles (the pool's spares) to take over failed
+            ranks; needs a :class:`~supervisor.worker.Worker` subclass whose constructor does not
+            depend on the rank (rank-dependent setup belongs in ``init_method``).
+        standby_check_s: how often missing standbys are looked for free, placed bundles.
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -118,6 +127,8 @@ class SupervisionConfig:
     bundle_wait_timeout_s: float | None = 600.0
     poll_interval_s: float = 0.25
     sentinel_hold_s: float = 30.0
+    standbys: int = 0
+    standby_check_s: float = 2.0
 
 
 @dataclass
@@ -184,11 +195,31 @@ class GroupSupervisor:
         self._next_probe: dict[int, float] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        # Standbys, keyed by bundle: ready ones with their node, starting ones with their readiness call.
+        self._standby_ready: dict[BundleRef, str] = {}
+        self._standby_starting: dict[Any, BundleRef] = {}
+        self._standby_sentinels: dict[Any, BundleRef] = {}
+        self._standby_failures = 0  # consecutive standbys that died before they were ready
+        self._next_standby_check = 0.0
+        self._check_standbys()
         original = self._original_nodes()
         self._ranks = [
             RankStatus(rank=r, node_id=group.rank_nodes.get(r), original_node=original.get(r), restarts=(rank_restarts or {}).get(r, 0))
             for r in range(group.world_size)
         ]
+
+    def _check_standbys(self) -> None:
+        wanted, group = self.config.standbys, self.group
+        if wanted <= 0:
+            return
+        spares = group.resource_pool.spare_bundle_count if group.resource_pool is not None else 0
+        if wanted > spares:
+            raise ConfigError(
+                f"group {group.name} wants {wanted} standby(s) but its pool reserves {spares} spare bundle(s): "
+                "raise the pool's capacity_factor"
+            )
+        if group.cls_with_init is None or not issubclass(group.cls_with_init.user_cls, Worker):
+            raise ConfigError(f"group {group.name}: standbys need a supervisor.Worker subclass (it adopts the failed rank's identity)")
 
     # -- public surface -------------------------------------------------------------------------
     @property
@@ -208,6 +239,11 @@ class GroupSupervisor:
         with self._cond:
             return compute_drift({r.rank: r.original_node for r in self._ranks}, {r.rank: r.node_id for r in self._ranks})
 
+    def standby_counts(self) -> tuple[int, int]:
+        """``(ready, starting)`` standbys of the group."""
+        with self._cond:
+            return len(self._standby_ready), len(self._standby_starting)
+
     def restart_history(self) -> list[RestartRecord]:
         with self._cond:
             return list(self._history)
@@ -218,6 +254,8 @@ class GroupSupervisor:
             return self
         # Blocking group calls go through the supervisor only once something drives recovery.
         self.group.supervisor = self
+        for bundle in self.group.standbys:  # adopted from an earlier supervisor: check they are alive
+            self._watch_starting_standby(bundle)
         self._arm_all()
         self._publish_worker_states()
         self.hooks.on_drift_state(self.group.name, sum(1 for p in self.drift() if p.drifted))  # an adopted group may start drifted
@@ -300,6 +338,8 @@ class GroupSupervisor:
     def step(self, timeout_s: float) -> Decision:
         """One pass: observe for up to ``timeout_s``, decide, execute. Returns the decision taken."""
         pending = self._observe(timeout_s)
+        if not self._state.is_terminal:
+            self._tend_standbys()
         if self._state.is_terminal or not pending:
             return Decision(DecisionKind.NOOP)
         by_rank: dict[int, _Pending] = {}
@@ -542,9 +582,10 @@ class GroupSupervisor:
         import ray
 
         group, cfg = self.group, self.config
-        self._wait_bundles(sorted(ranks))
-        for r in sorted(ranks):  # rank 0 first: its replacement picks the new rendezvous
-            group.replace_worker(r)
+        plan = self._plan_replacements(sorted(ranks))
+        self._wait_bundles([p.rank for p in plan if p.kind is ReplacementKind.OWN_BUNDLE])
+        for replacement in plan:  # rank 0 first: its replacement picks the new rendezvous
+            self._execute_replacement(replacement)
         if 0 in ranks:
             ranks |= set(group.propagate_rendezvous([r for r in range(group.world_size) if r not in ranks]))
             assert group._rendezvous is not None
@@ -567,12 +608,131 @@ class GroupSupervisor:
                 pass  # died (or stuck) already: its sentinel or probe reports it
         return nodes, extra
 
+    def _plan_replacements(self, ranks: list[int]) -> list[Replacement]:
+        group = self.group
+        if not group.standbys and group.resource_pool is not None and group.resource_pool.spare_pg is None:
+            return [Replacement(r, ReplacementKind.OWN_BUNDLE, group.rank_bundles[r]) for r in ranks]
+        try:
+            placed = group.placed_bundles()
+        except Exception as exc:  # a GCS hiccup: fall back to the rank's own bundle
+            log.warning("bundle_placement_unknown", group=group.name, error=first_line(exc))
+            placed = {}
+        rank_bundles = dict(enumerate(group.rank_bundles))
+        free = free_bundles(group.all_bundles(), rank_bundles.values(), group.standbys)
+        return plan_replacements(ranks, rank_bundles, placed, dict(self._standby_ready), free)
+
+    def _execute_replacement(self, replacement: Replacement) -> None:
+        group, rank = self.group, replacement.rank
+        if replacement.kind is ReplacementKind.STANDBY:
+            self._forget_standby(replacement.bundle)
+            self._next_standby_check = 0.0  # start its successor on the next pass
+            try:
+                group.take_over(rank, replacement.bundle, timeout_s=self.config.probe_timeout_s)
+                return
+            except Exception as exc:  # the standby died meanwhile: fall back to a fresh actor
+                self.hooks.on_standby_failed(group.name, str(replacement.bundle), f"take-over of rank {rank} failed: {first_line(exc)}")
+            self._wait_bundles([rank])
+            group.replace_worker(rank)
+        elif replacement.kind is ReplacementKind.SPARE_BUNDLE:
+            log.info("replacement_to_spare_bundle", group=group.name, rank=rank, bundle=f"{replacement.bundle.pg_index}:{replacement.bundle.bundle_index}")
+            group.replace_worker(rank, bundle=replacement.bundle)
+        else:
+            group.replace_worker(rank)
+
+    # -- standbys -------------------------------------------------------------------------------
+    def _tend_standbys(self) -> None:
+        """Learn which standbys became ready or died, and start missing ones in free, placed bundles."""
+        import ray
+
+        wanted = self.config.standbys
+        if wanted <= 0 and not self.group.standbys:
+            return
+        refs = [*self._standby_starting, *self._standby_sentinels]
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                self._on_standby_ref(ref)
+        if self._state is not GroupState.RUNNING or self.clock() < self._next_standby_check:
+            return
+        self._next_standby_check = self.clock() + self.config.standby_check_s
+        missing = wanted - len(self.group.standbys)
+        if missing <= 0:
+            return
+        if self._standby_failures >= STANDBY_FAILURE_LIMIT:
+            return  # reported once when the limit was reached; standbys would only crash-loop
+        try:
+            placed = self.group.placed_bundles()
+        except Exception as exc:  # look again next time
+            log.debug("standby_placement_unknown", group=self.group.name, error=first_line(exc))
+            return
+        free = free_bundles(self.group.all_bundles(), self.group.rank_bundles, self.group.standbys)
+        bundles = standby_bundles(free, placed, self._standby_ready.values(), missing)
+        for standby in self.group.start_standbys(bundles):
+            self._watch_starting_standby(standby.bundle)
+            log.info("standby_started", group=self.group.name, actor=standby.name, node=placed.get(standby.bundle))
+        self._publish_standbys()
+
+    def _watch_starting_standby(self, bundle: BundleRef) -> None:
+        standby = self.group.standbys[bundle]
+        with self._cond:
+            self._standby_starting[standby.handle.node_info.remote()] = bundle
+
+    def _on_standby_ref(self, ref: Any) -> None:
+        """A standby's readiness call or its sentinel returned: it is ready, alive, or dead."""
+        import ray
+
+        with self._cond:
+            starting = ref in self._standby_starting
+            bundle = self._standby_starting.pop(ref, None) or self._standby_sentinels.pop(ref, None)
+        standby = self.group.standbys.get(bundle) if bundle is not None else None
+        if standby is None:
+            return  # it took over a rank meanwhile
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.ActorUnavailableError:  # unreachable for now, not dead: look again
+            result = None
+        except ray.exceptions.RayError as exc:
+            self._forget_standby(standby.bundle)
+            self.group.drop_standby(standby.bundle)
+            self._next_standby_check = 0.0
+            if starting:
+                self._standby_failures += 1
+                if self._standby_failures == STANDBY_FAILURE_LIMIT:
+                    log.error("standbys_disabled", group=self.group.name, failures=STANDBY_FAILURE_LIMIT, last_error=ray_error_line(exc))
+            self.hooks.on_standby_failed(self.group.name, standby.name, ray_error_line(exc))
+            return
+        if starting and result is not None:
+            self._standby_failures = 0
+            with self._cond:
+                self._standby_ready[standby.bundle] = result["node_id"]
+            log.info("standby_ready", group=self.group.name, actor=standby.name, node=result["node_id"])
+            self._publish_standbys()
+        elif starting:
+            self._watch_starting_standby(standby.bundle)
+            return
+        self._standby_sentinels[arm_sentinel(standby.handle, self.config.sentinel_hold_s)] = standby.bundle
+
+    def _forget_standby(self, bundle: BundleRef) -> None:
+        with self._cond:
+            self._standby_ready.pop(bundle, None)
+            for refs in (self._standby_starting, self._standby_sentinels):
+                for ref in [r for r, b in refs.items() if b == bundle]:
+                    del refs[ref]
+        self._publish_standbys()
+
+    def _publish_standbys(self) -> None:
+        if self.config.standbys or self.group.standbys:
+            ready, starting = self.standby_counts()
+            self.hooks.on_standby_state(self.group.name, ready, starting)
+
     def _wait_bundles(self, ranks: list[int]) -> None:
         # A lost node's bundles are re-placed by Ray (RESCHEDULING, then CREATED); wait for that
         # leniently and say so, before putting replacements into them.
         from ray.util import placement_group_table
 
-        pg_indexes = sorted({self.group.slots[r].pg_index for r in ranks})
+        if not ranks:
+            return
+        pg_indexes = sorted({self.group.rank_bundles[r].pg_index for r in ranks})
         started = self.clock()
         next_report = started + 5.0
         while True:

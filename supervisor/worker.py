@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from .decorator import register
+from .env import STANDBY_ENV_KEY
 from .errors import WorkerEnvError
 from .modes import Dispatch, Execute
 
@@ -118,24 +119,32 @@ class Worker(WorkerHelper):
         return ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"]
 
     def __init__(self, cuda_visible_devices: str | None = None) -> None:
+        if cuda_visible_devices is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(cuda_visible_devices)
+        self._read_identity()
+        self.fused_worker_dict: dict[str, Any] = {}
+        self._mesh_dispatch_dp_rank: dict[str, int] = {}
+        self._mesh_collect_dp_rank: dict[str, bool] = {}
+
+    def _read_identity(self) -> None:
+        # A standby starts before it knows which rank it will replace: it has no RANK until it takes one over.
         self._world_size = _env_int("WORLD_SIZE")
-        self._rank = _env_int("RANK")
-        if not 0 <= self._rank < self._world_size:
-            raise WorkerEnvError(f"RANK={self._rank} is outside 0..WORLD_SIZE-1 (WORLD_SIZE={self._world_size})")
-        self._local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
-        self._local_rank = self._resolve_local_rank()
+        self._rank: int | None = None
+        self._local_rank: int | None = None
+        self._local_world_size: int | None = None
+        if not os.environ.get(STANDBY_ENV_KEY):
+            self._rank = _env_int("RANK")
+            if not 0 <= self._rank < self._world_size:
+                raise WorkerEnvError(f"RANK={self._rank} is outside 0..WORLD_SIZE-1 (WORLD_SIZE={self._world_size})")
+            self._local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
+            self._local_rank = self._resolve_local_rank()
+            os.environ["LOCAL_RANK"] = str(self._local_rank)
         master_addr = os.environ.get("MASTER_ADDR")
         master_port = os.environ.get("MASTER_PORT")
         if not master_addr or not master_port:
             raise WorkerEnvError("MASTER_ADDR and MASTER_PORT must be set for a Worker (the group sets them)")
         self._master_addr = master_addr
         self._master_port = master_port
-        if cuda_visible_devices is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(cuda_visible_devices)
-        os.environ["LOCAL_RANK"] = str(self._local_rank)
-        self.fused_worker_dict: dict[str, Any] = {}
-        self._mesh_dispatch_dp_rank: dict[str, int] = {}
-        self._mesh_collect_dp_rank: dict[str, bool] = {}
 
     @staticmethod
     def _resolve_local_rank() -> int:
@@ -155,16 +164,29 @@ class Worker(WorkerHelper):
         return self._world_size
 
     @property
+    def is_standby(self) -> bool:
+        """A pre-started standby that has not taken over a rank yet."""
+        return self._rank is None
+
+    @property
     def rank(self) -> int:
-        return self._rank
+        return self._identity("rank", self._rank)
 
     @property
     def local_rank(self) -> int:
-        return self._local_rank
+        return self._identity("local_rank", self._local_rank)
 
     @property
     def local_world_size(self) -> int:
-        return self._local_world_size
+        return self._identity("local_world_size", self._local_world_size)
+
+    def _identity(self, what: str, value: int | None) -> int:
+        if value is None:
+            raise WorkerEnvError(
+                f"{what} of a standby is unknown until it takes over a rank: move rank-dependent setup from "
+                f"{type(self).__name__}.__init__ into the group's init_method"
+            )
+        return value
 
     def get_master_addr_port(self) -> tuple[str, str]:
         return self._master_addr, self._master_port
@@ -192,6 +214,15 @@ class Worker(WorkerHelper):
         """Stay outstanding for ``hold_s`` seconds, then return this process id (the supervisor re-arms it)."""
         time.sleep(hold_s)
         return os.getpid()
+
+    def _supervisor_take_over(self, env: dict[str, str]) -> dict[str, Any]:
+        """Become a rank: a standby adopts the failed rank's environment (rank, rendezvous, user env)."""
+        if not self.is_standby:
+            raise WorkerEnvError(f"rank {self._rank} is not a standby and cannot take over another rank")
+        os.environ.pop(STANDBY_ENV_KEY, None)
+        os.environ.update(env)
+        self._read_identity()
+        return self.node_info()
 
     def _supervisor_probe(self) -> dict[str, Any]:
         """Health probe: answers from its own thread, so only a stuck process fails it."""

@@ -59,3 +59,37 @@ class RolloutWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def whereami(self) -> dict:
         return self.node_info()
+
+
+class SlowStartWorker(Worker):
+    """A worker whose constructor takes ``start_s`` (imports, CUDA context...) and does nothing rank-specific,
+    so it can be pre-started as a standby; its rank-dependent setup is ``init_model``."""
+
+    def __init__(self, start_s: float = 1.0) -> None:
+        super().__init__()
+        time.sleep(start_s)
+        self.initialized_as = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> int:
+        self.initialized_as = self.rank
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def identity(self) -> dict:
+        env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        return {"rank": self.rank, "initialized_as": self.initialized_as, "env": env, **self.node_info()}
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, idempotent=True)
+    def generate(self, batch):
+        from supervisor.protocol import DataProto
+
+        return DataProto.from_dict(tensors={"ids": batch.batch["ids"].clone()})
+
+
+class RankDependentWorker(SlowStartWorker):
+    """Reads its rank in the constructor: it cannot be a standby."""
+
+    def __init__(self) -> None:
+        super().__init__(start_s=0.0)
+        self.shard = self.rank
