@@ -39,7 +39,7 @@ from .cluster import connect
 from .cluster_state import read_snapshot
 from .driver import DriverContext, DriverRun
 from .errors import ConfigError, SupervisorError, first_line
-from .group import WorkerGroup
+from .group import GroupPlacement, WorkerGroup
 from .hooks import ObservingHooks
 from .init_policy import RankAttempt
 from .kv import KV_ACTOR_NAME, KVStore
@@ -55,11 +55,13 @@ from .record import (
     PoolRecord,
     RankRecord,
     RecordStore,
+    StandbyRecord,
     SupervisorRecord,
     liveness,
 )
 from .restart_policy import FailureReason, RestartRecord
 from .spec import GroupSpec, SigtermAction, SupervisorSpec, import_object
+from .standby import BundleRef
 from .supervision import GroupState, GroupSupervisor
 
 __all__ = ["Daemon", "ExitCode", "StopReason", "TeardownScope", "teardown_scope", "AlreadyRunningError"]
@@ -328,7 +330,7 @@ class Daemon:
             return  # re-adopting a running job: nodes it lost may rejoin; never refuse to supervise it
         used = {g.pool for g in self.spec.groups.values()}
         totals = {
-            name: self.spec.resource_pool(name).demand().total
+            name: self.spec.resource_pool(name).reserved_total()
             for name in self.spec.pools
             if name in used and not self.spec.pools[name].autoscaling
         }
@@ -361,12 +363,30 @@ class Daemon:
             log.warning("cpu_oversubscribed", detail=warning)
 
     def _expected(self) -> tuple[set[str], set[str]]:
-        """Placement-group names and actor names the spec describes."""
-        pg_names = {n for pool in self.spec.pools for n in self.spec.resource_pool(pool).placement_group_names()}
+        """Placement-group names and actor names the spec describes (with the standbys, and the ranks
+        they took over, that the earlier incarnation recorded for a group the spec still describes)."""
+        pg_names = set()
+        for name in self.spec.pools:
+            pool = self.spec.resource_pool(name)
+            pg_names.update([*pool.placement_group_names(), *filter(None, [pool.spare_placement_group_name()])])
         actors = {KV_ACTOR_NAME}
         for name, group in self.spec.groups.items():
             actors.update(self.spec.actor_names(name, ClassWithInitArgs(self._import(group.worker_class)).user_cls.__name__))
+            earlier = self._earlier_group(name)
+            if earlier is not None:
+                actors.update([*earlier.actor_names, *(s.name for s in earlier.standbys)])
         return pg_names, actors
+
+    def _earlier_group(self, name: str) -> GroupRecord | None:
+        """The earlier incarnation's record of group ``name``, if it describes the same group as the spec
+        (class, pool and world size): only then are its actor names, rendezvous and init state trusted."""
+        earlier = self._previous.groups.get(name) if self._previous else None
+        spec = self.spec.groups[name]
+        if earlier is None or earlier.worker_class != spec.worker_class or earlier.pool != spec.pool:
+            return None
+        if len(earlier.actor_names) != sum(self.spec.pools[spec.pool].process_on_nodes):
+            return None
+        return earlier
 
     def _remove_unexpected(self) -> None:
         # Reconcile with what an earlier incarnation left: keep what the spec still describes.
@@ -389,7 +409,10 @@ class Daemon:
         with self._lock:
             assert self._record is not None
             # Shown by status while the pool waits; an earlier incarnation's entry is kept until adopted.
-            self._record.pools.setdefault(name, PoolRecord(name, pool.name_prefix, pool.placement_group_names(), {}, list(p.process_on_nodes)))
+            self._record.pools.setdefault(
+                name,
+                PoolRecord(name, pool.name_prefix, pool.placement_group_names(), {}, list(p.process_on_nodes), pool.spare_placement_group_name()),
+            )
         pool.get_placement_groups(
             timeout_s=p.resource_timeout_s, progress_interval_s=p.progress_interval_s, autoscaling=p.autoscaling, hooks=self.hooks
         )
@@ -405,6 +428,7 @@ class Daemon:
                 names,
                 {n: [nodes[(i, b)] for b in range(count)] for i, (n, count) in enumerate(zip(names, _pg_sizes(pool), strict=True))},
                 list(p.process_on_nodes),
+                pool.spare_placement_group_name(),
             )
         return pool
 
@@ -415,23 +439,24 @@ class Daemon:
         cls_with_init.update_options({"num_cpus": budget.cpus, "num_gpus": budget.gpus})
         prefix = self.spec.group_prefix(name)
         earlier = self._previous.groups.get(name) if self._previous else None
+        same = self._earlier_group(name)
         names = self.spec.actor_names(name, cls_with_init.user_cls.__name__)
         record = GroupRecord(
             name, spec.pool, spec.worker_class, names, restart_window_s=spec.restart_window_s, max_restarts=spec.max_restarts
         )
         if earlier is None:
             self._set_group_record(record)  # status shows it creating; an earlier entry stays until adopted
-        same = earlier is not None and earlier.actor_names == names and earlier.worker_class == spec.worker_class
-        live = set(find_owned(self.spec.name).actors) & set(names)
+        placement = _placement(same) if same is not None else None
+        live = set(find_owned(self.spec.name).actors) & set(placement.actor_names if placement else names)
         # Live actors with these names are adopted even without a record of them (a daemon that died
         # before recording them); then their rendezvous and init state are unknown: init runs on all.
-        adopting = bool(live) or same
+        adopting = bool(live) or same is not None
         if adopting:
             group, new_ranks = adopt_group(
-                pool, cls_with_init, prefix, self.spec.namespace, earlier.master_addr if same and earlier else None,
-                earlier.master_port if same and earlier else None, spec.env, spec.actor_start_timeout_s, self.hooks,
+                pool, cls_with_init, prefix, self.spec.namespace, same.master_addr if same else None,
+                same.master_port if same else None, spec.env, spec.actor_start_timeout_s, self.hooks, placement,
             )  # fmt: skip
-            initialized = bool(same and earlier and earlier.initialized)
+            initialized = bool(same and same.initialized)
             to_init = list(range(group.world_size)) if (0 in new_ranks or not initialized) else new_ranks
         else:
             group = create_group(
@@ -449,7 +474,7 @@ class Daemon:
                 group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), self.hooks, ranks=to_init, kill_on_failure=not adopting
             )
         record.initialized = True
-        history, counts = _restored_restarts(earlier) if same and earlier else ([], {})
+        history, counts = _restored_restarts(same) if same else ([], {})
         supervisor = GroupSupervisor(group, spec.supervision_config(), self.hooks, restart_history=history, rank_restarts=counts)
         with self._lock:  # from here on the record of this group is built from its supervisor
             self._record.groups[name] = record  # type: ignore[union-attr]
@@ -715,7 +740,23 @@ def _group_record(m: _ManagedGroup, base: GroupRecord | None) -> GroupRecord:
     record.initialized = True
     record.master_addr = m.group.master_address
     record.master_port = int(m.group.master_port) if m.group.master_port else None
+    record.actor_names = list(m.group.worker_names)
+    record.bundles = [[b.pg_index, b.bundle_index] for b in m.group.rank_bundles]
+    ready = sup.standby_nodes()
+    record.standbys = [StandbyRecord(s.name, [b.pg_index, b.bundle_index], ready.get(b)) for b, s in sorted(m.group.standbys.items())]
+    record.standbys_wanted = sup.config.standbys
     record.ranks = [RankRecord(r.rank, r.state.value, r.node_id, r.original_node, r.restarts, r.last_failure) for r in sup.ranks()]
     record.restarts = [[h.rank, h.reason.value, wall - (mono - h.at)] for h in sup.restart_history() if mono - h.at <= window]
     record.failure = str(sup.failure) if sup.failure else None
     return record
+
+
+def _placement(record: GroupRecord) -> GroupPlacement | None:
+    """Where an earlier incarnation recorded a group's actors (None: a record from before standbys)."""
+    if len(record.bundles) != len(record.actor_names):
+        return None
+    return GroupPlacement(
+        list(record.actor_names),
+        [BundleRef(*b) for b in record.bundles],
+        {BundleRef(*s.bundle): s.name for s in record.standbys},
+    )

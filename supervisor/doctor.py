@@ -42,6 +42,7 @@ class FindingKind(enum.Enum):
     INIT_FAILING = "init failing"
     RESTARTS = "restarts"
     DRIFT = "placement drift"
+    STANDBYS_MISSING = "standbys missing"
     HUNG = "hung rank"
     CPU_OVERSUBSCRIBED = "cpu oversubscribed"
     KV_TIMEOUTS = "kv reads timing out"
@@ -57,6 +58,7 @@ _PHASE = {
     FindingKind.INIT_FAILING: Phase.DURING_INIT,
     FindingKind.RESTARTS: Phase.AFTER_START,
     FindingKind.DRIFT: Phase.AFTER_START,
+    FindingKind.STANDBYS_MISSING: Phase.AFTER_START,
     FindingKind.HUNG: Phase.AFTER_START,
     FindingKind.CPU_OVERSUBSCRIBED: Phase.AFTER_START,
     FindingKind.KV_TIMEOUTS: Phase.AFTER_START,
@@ -168,6 +170,16 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
                         "see `supervisor status` for the reasons; repeated ones point at the workers' code or a bad node",
                     )  # fmt: skip
                 )
+            ready = sum(1 for sb in group.standbys if sb.node_id)
+            if ready < group.standbys_wanted:
+                findings.append(
+                    Finding(
+                        FindingKind.STANDBYS_MISSING, f"{record.name}/{group.name}",
+                        f"{ready} of {group.standbys_wanted} standby(s) ready: a failed rank waits for a fresh actor",
+                        "standbys start in free, placed bundles: check the log for standby_failed (a constructor that "
+                        "needs the rank) and `supervisor status` for spare bundles that are not placed",
+                    )  # fmt: skip
+                )
             for rank in group.ranks:
                 if rank.drifted:
                     findings.append(
@@ -239,9 +251,9 @@ def gather_facts(spec: Any = None) -> DoctorFacts:
         facts.spec_bundle_misfits = [(f"{spec.name}/{pool}", a) for pool, a in bundle_misfits(spec.bundles(), spec.worker_budgets())]
         used = {g.pool for g in spec.groups.values()}
         for name in (n for n in spec.pools if n in used):
-            demand = spec.resource_pool(name).demand()
-            facts.spec_pool_totals[f"{spec.name}/{name}"] = demand.total
-            facts.pool_demands[f"{spec.name}/{name}"] = demand
+            pool = spec.resource_pool(name)
+            facts.spec_pool_totals[f"{spec.name}/{name}"] = pool.reserved_total()  # spare bundles are reserved too
+            facts.pool_demands[f"{spec.name}/{name}"] = pool.demand()
     return facts
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from .actor_class import ClassWithInitArgs
 from .errors import SupervisorError, ray_error_line
-from .group import DEFAULT_NAMESPACE, WorkerGroup, kill_actor_quietly
+from .group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup, kill_actor_quietly
 from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
 from .log import get_logger
@@ -118,12 +118,15 @@ def adopt_group(
     worker_env: dict[str, str] | None = None,
     actor_start_timeout_s: float = 120.0,
     hooks: LifecycleHooks | None = None,
+    placement: GroupPlacement | None = None,
 ) -> tuple[WorkerGroup, list[int]]:
     """Re-attach to a detached group an earlier supervisor left, leaving every healthy actor untouched.
 
     The pool's placement groups must be ready (adopted). Ranks whose actor is gone, or that do not
     answer within ``actor_start_timeout_s``, get a fresh actor in their own bundle; if rank 0 is among
-    them the rendezvous rule applies (new MASTER_ADDR/PORT, given to every live rank).
+    them the rendezvous rule applies (new MASTER_ADDR/PORT, given to every live rank). ``placement``
+    is where the earlier supervisor recorded the actors (names and bundles after standby takeovers, and
+    its standbys, which are adopted too); default: the layout's.
 
     Returns:
         The group (``rank_nodes`` filled) and the ranks whose actor is new: their init has not run
@@ -143,6 +146,7 @@ def adopt_group(
         master_addr=master_addr,
         master_port=master_port,
         adopt=True,
+        placement=placement,
     )
     new = {r for r in range(group.world_size) if r not in group.adopted_ranks}
     # Asked in the supervision concurrency group: an adopted rank busy in a long call is not stuck.

@@ -23,6 +23,7 @@ __all__ = [
     "Liveness",
     "RankRecord",
     "GroupRecord",
+    "StandbyRecord",
     "PoolRecord",
     "FailureEvent",
     "SupervisorRecord",
@@ -75,11 +76,18 @@ class RankRecord:
 
 
 @dataclass
+class StandbyRecord:
+    name: str  # the standby's actor name
+    bundle: list[int]  # [placement-group index (the spare group comes after the pool's), bundle index]
+    node_id: str | None = None  # once it is ready
+
+
+@dataclass
 class GroupRecord:
     name: str
     pool: str
     worker_class: str
-    actor_names: list[str]
+    actor_names: list[str]  # each rank's actor, in rank order (a standby that took a rank over keeps its name)
     state: str = "creating"  # "creating", "initializing", then a GroupState value
     initialized: bool = False
     master_addr: str | None = None
@@ -89,6 +97,9 @@ class GroupRecord:
     restart_window_s: float = 600.0
     max_restarts: int = 10
     failure: str | None = None
+    bundles: list[list[int]] = field(default_factory=list)  # each rank's [placement-group index, bundle index]
+    standbys: list[StandbyRecord] = field(default_factory=list)
+    standbys_wanted: int = 0
 
     def restarts_in_window(self, now: float) -> int:
         return sum(1 for _, _, t in self.restarts if now - t <= self.restart_window_s)
@@ -102,6 +113,7 @@ class PoolRecord:
     placement_groups: list[str]  # names, in rank order
     bundle_nodes: dict[str, list[str]] = field(default_factory=dict)  # name -> node of each bundle at creation
     process_on_nodes: list[int] = field(default_factory=list)
+    spare_placement_group: str | None = None  # name of the spare bundles' placement group, if any
 
 
 @dataclass
@@ -143,7 +155,14 @@ class SupervisorRecord:
         raw = json.loads(data)
         raw["pools"] = {k: _known(PoolRecord, v) for k, v in raw.get("pools", {}).items()}
         raw["groups"] = {
-            k: _known(GroupRecord, {**v, "ranks": [_known(RankRecord, r) for r in v.get("ranks", [])]})
+            k: _known(
+                GroupRecord,
+                {
+                    **v,
+                    "ranks": [_known(RankRecord, r) for r in v.get("ranks", [])],
+                    "standbys": [_known(StandbyRecord, s) for s in v.get("standbys", [])],
+                },
+            )
             for k, v in raw.get("groups", {}).items()
         }
         raw["failures"] = [_known(FailureEvent, f) for f in raw.get("failures", [])]

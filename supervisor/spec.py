@@ -35,7 +35,14 @@ from typing import Any
 from .budget import WorkerBudget, bundle_misfits
 from .errors import ConfigError, first_line
 from .init_policy import InitPolicy
-from .layout import actor_name, bundle_resources, check_process_on_nodes, validate_name_prefix
+from .layout import (
+    actor_name,
+    bundle_resources,
+    check_capacity_factor,
+    check_process_on_nodes,
+    spare_bundle_count,
+    validate_name_prefix,
+)
 from .ownership import namespace_of, pool_prefix_of
 from .pool import PlacementStrategy, ResourcePool
 from .restart_policy import RestartPolicy, RestartStrategy
@@ -114,6 +121,11 @@ class PoolSpec:
     resource_timeout_s: float | None = 600.0
     progress_interval_s: float = 10.0
     autoscaling: bool = False
+    capacity_factor: float = 1.0  # >1: spare bundles beyond the ranks' (reserved, idle until a failure)
+
+    @property
+    def spare_bundles(self) -> int:
+        return max(0, spare_bundle_count(sum(self.process_on_nodes), self.capacity_factor))
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,7 @@ class GroupSpec:
     in_flight: InFlightPolicy | None = None  # None: retry idempotent methods, raise otherwise
     shutdown_method: str | None = None
     shutdown_timeout_s: float = 10.0
+    standbys: int = 0  # pre-started actors in the pool's spare bundles, taking over failed ranks
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
@@ -172,6 +185,7 @@ class GroupSpec:
             probe_timeout_s=self.probe_timeout_s,
             call_timeout_s=self.call_timeout_s,
             in_flight=self.in_flight,
+            standbys=self.standbys,
         )
 
 
@@ -239,6 +253,7 @@ class SupervisorSpec:
             name_prefix=self.pool_prefix(pool),
             detached=True,
             strategy=p.strategy,
+            capacity_factor=p.capacity_factor,
         )
 
     def actor_names(self, group: str, class_name: str) -> list[str]:
@@ -478,6 +493,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
         else:
             check(f"{path}.process_on_nodes", lambda p=pool: check_process_on_nodes(p.process_on_nodes))
         check(f"{path}.max_colocate_count", lambda p=pool: bundle_resources(p.max_colocate_count, p.use_gpu))
+        check(f"{path}.capacity_factor", lambda p=pool: check_capacity_factor(p.capacity_factor))
         positive(f"{path}.resource_timeout_s", pool.resource_timeout_s)
         positive(f"{path}.progress_interval_s", pool.progress_interval_s)
     if not spec.groups:
@@ -507,6 +523,14 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
             problems.append(f"{path}.init_attempts: must be >= 1, got {group.init_attempts}")
         if group.max_restarts < 0:
             problems.append(f"{path}.max_restarts: must be >= 0, got {group.max_restarts}")
+        if group.standbys < 0:
+            problems.append(f"{path}.standbys: must be >= 0, got {group.standbys}")
+        elif group.standbys and group.pool in spec.pools and group.standbys > spec.pools[group.pool].spare_bundles:
+            pool = spec.pools[group.pool]
+            problems.append(
+                f"{path}.standbys: {group.standbys} standby(s) need as many spare bundles, pool {group.pool!r} reserves "
+                f"{pool.spare_bundles} (capacity_factor {pool.capacity_factor:g}); raise pools.{group.pool}.capacity_factor"
+            )
         if group.init_kwargs and not group.init_method:
             problems.append(f"{path}.init_kwargs: given without init_method")
         check(f"{path}.env", lambda g=group: _check_env(g.env))
@@ -556,6 +580,7 @@ def import_object(path: str, extra_sys_path: list[str] | None = None) -> Any:
 
 def _check_imports(spec: SupervisorSpec) -> list[str]:
     from .actor_class import unwrap_actor_class
+    from .worker import Worker
 
     problems: list[str] = []
     try:
@@ -571,6 +596,8 @@ def _check_imports(spec: SupervisorSpec) -> list[str]:
         if not isinstance(cls, type):
             problems.append(f"groups.{name}.class: {group.worker_class!r} is not a class")
             continue
+        if group.standbys and not issubclass(cls, Worker):
+            problems.append(f"groups.{name}.standbys: {cls.__name__} is not a supervisor.Worker subclass, so it cannot take over a rank")
         for key in ("init_method", "shutdown_method"):
             method = getattr(group, key)
             if method and not callable(getattr(cls, method, None)):

@@ -61,6 +61,9 @@ class GroupStatus:
     drifted: list[DriftedRank]
     from_cluster: bool  # counts read from the cluster because the daemon is not running
     failure: str | None = None
+    standbys_wanted: int = 0
+    standbys_ready: int = 0
+    standbys_starting: int = 0
 
 
 @dataclass
@@ -131,7 +134,10 @@ def _supervisor_status(
     record: SupervisorRecord, now: float, pgs: dict[str, dict[str, Any]], live_actors: set[tuple[str | None, str]]
 ) -> SupervisorStatus:
     alive = liveness(record, now) is Liveness.ALIVE
-    pools = [PoolStatus(p.name, [_pg_status(n, pgs.get(n)) for n in p.placement_groups]) for p in record.pools.values()]
+    pools = [
+        PoolStatus(p.name, [_pg_status(n, pgs.get(n)) for n in [*p.placement_groups, *filter(None, [p.spare_placement_group])]])
+        for p in record.pools.values()
+    ]
     groups = []
     for g in record.groups.values():
         world = len(g.actor_names)
@@ -142,10 +148,12 @@ def _supervisor_status(
             running = sum(1 for n in g.actor_names if (record.namespace, n) in live_actors)
             restarting, failed = 0, world - running
         drifted = [DriftedRank(r.rank, r.original_node or "", r.node_id or "") for r in g.ranks if r.drifted]
+        live_standbys = [sb for sb in g.standbys if (record.namespace, sb.name) in live_actors]
+        ready = sum(1 for sb in live_standbys if sb.node_id)
         groups.append(
             GroupStatus(
                 g.name, g.pool, g.state, world, running, restarting, failed, g.restarts_in_window(now), g.restart_window_s,
-                g.max_restarts, drifted, not alive, g.failure,
+                g.max_restarts, drifted, not alive, g.failure, g.standbys_wanted, ready, len(live_standbys) - ready,
             )  # fmt: skip
         )
     failures = [FailureLine(f.time, f.group, f.rank, f.reason, f.detail) for f in record.failures]
@@ -242,6 +250,8 @@ def render_status(report: StatusReport) -> str:
                 f"workers: {g.alive} alive, {g.restarting} restarting, {g.failed} failed{source}",
                 f"restarts: {g.restarts_in_window} in the last {_duration(g.restart_window_s)} (budget {g.max_restarts})",
             ]
+            if g.standbys_wanted:
+                items.append(f"standbys: {g.standbys_ready}/{g.standbys_wanted} ready" + (f", {g.standbys_starting} starting" if g.standbys_starting else ""))
             items += [f"drift: rank {d.rank} {short_node(d.original_node)} -> {short_node(d.current_node)}" for d in g.drifted]
             if g.failure:
                 items.append(f"failure: {g.failure}")

@@ -239,6 +239,11 @@ class GroupSupervisor:
         with self._cond:
             return compute_drift({r.rank: r.original_node for r in self._ranks}, {r.rank: r.node_id for r in self._ranks})
 
+    def standby_nodes(self) -> dict[BundleRef, str]:
+        """Node of every ready standby, by bundle."""
+        with self._cond:
+            return dict(self._standby_ready)
+
     def standby_counts(self) -> tuple[int, int]:
         """``(ready, starting)`` standbys of the group."""
         with self._cond:

@@ -36,7 +36,7 @@ def cluster():
 
 def write_spec(
     tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, linger_s: float = 0,
-    on_sigterm: str = "teardown", **group_opts: object,
+    on_sigterm: str = "teardown", pool_extra: str = "", **group_opts: object,
 ) -> Path:  # fmt: skip
     driver_block = f'[driver]\nfunction = "daemon_drivers:count_steps"\n[driver.args]\n{driver}\n' if driver is not None else ""
     text = textwrap.dedent(
@@ -51,6 +51,7 @@ def write_spec(
         [pools.p]
         process_on_nodes = [2, 2]
         max_colocate_count = 2
+        {pool_extra}
         [groups.counters]
         pool = "p"
         """
@@ -159,7 +160,8 @@ def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:
     }
     record = RecordStore().get(name)
     actors = {}
-    for actor_name in sorted({"kv", *(n for g in record.groups.values() for n in g.actor_names)} if record else ()):
+    names = {"kv", *(n for g in record.groups.values() for n in [*g.actor_names, *(s.name for s in g.standbys)])} if record else set()
+    for actor_name in sorted(names):
         try:  # by name within the supervisor's namespace: another supervisor may use the same names
             actor_id = ray.get_actor(actor_name, namespace=record.namespace)._actor_id.hex()
         except ValueError:
@@ -350,6 +352,59 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
     assert any(e["event"] == "count_steps_done" for e in events)
     ready = [e for e in events if e["event"] == "group_ready"]
     assert ready and ready[0]["adopted"] is True and ready[0]["initialized"] == []
+    assert_nothing_left(name, set(actors_before.values()))
+
+
+def test_standbys_take_over_killed_ranks_and_are_readopted_with_the_job(cluster, daemons, tmp_path):
+    import ray
+
+    from supervisor.record import RecordStore
+
+    name = "sv-standby"
+    spec = write_spec(
+        tmp_path, name, pool_extra="capacity_factor = 1.5", standbys=2, init_method="init_model",
+        kwargs={"start_s": 0.2}, **{"class": "supervised_workers:SlowStartWorker"},
+    )  # fmt: skip
+    daemon = daemons(spec, name)
+    record = wait_record(name, daemon=daemon)
+    store = RecordStore()
+
+    def group(condition, what):
+        deadline = time.monotonic() + 60
+        while not condition(g := store.get(name).groups["counters"]):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {g}"
+            time.sleep(0.2)
+        return g
+
+    g = group(lambda g: len([s for s in g.standbys if s.node_id]) == 2, "two ready standbys")
+    standby_names = {s.name for s in g.standbys}
+    status = cli("status", name, "--address", cluster.address).stdout
+    assert "standbys: 2/2 ready" in status and f"{name}.p:pg2_2:spare2 CREATED 2/2 bundles placed" in status
+
+    # A rank whose node holds a standby: the standby takes it over (a rank elsewhere would get a fresh actor
+    # in its own bundle, which is still placed).
+    standby_nodes = {s.node_id for s in g.standbys}
+    rank = next((r.rank for r in g.ranks if r.node_id in standby_nodes), None)
+    assert rank is not None, f"no rank shares a node with a standby: ranks {g.ranks}, standbys {g.standbys}"
+    victim = g.actor_names[rank]
+    ray.kill(ray.get_actor(victim, namespace=record.namespace), no_restart=True)
+    g = group(lambda g: g.actor_names[rank] != victim and len([s for s in g.standbys if s.node_id]) == 2, "a takeover and a new standby")
+    assert g.actor_names[rank] in standby_names, "a standby took the rank over, under its own name"
+    assert g.ranks[rank].restarts == 1 and g.bundles[rank][0] == 2 and not g.ranks[rank].drifted
+
+    # A restarted daemon re-adopts the job as it is now: the former standby as rank 1, the new standby.
+    pgs_before, actors_before = live_state(name)
+    assert len(pgs_before) == 3 and len(actors_before) == 4 + 2 + 1  # ranks, standbys, the KV store
+    daemon.proc.send_signal(signal.SIGKILL)
+    daemon.wait_exit()
+    second = daemons(spec, name)
+    wait_record(name, daemon=second)
+    group(lambda g: len([s for s in g.standbys if s.node_id]) == 2, "the adopted standbys to be ready")
+    assert live_state(name) == (pgs_before, actors_before), "placement groups, ranks or standbys were recreated"
+    assert store.get(name).groups["counters"].actor_names == g.actor_names
+
+    assert cli("stop", name, "--address", cluster.address).returncode == 0
+    assert second.wait_exit(60) == 0
     assert_nothing_left(name, set(actors_before.values()))
 
 

@@ -200,7 +200,9 @@ def test_every_group_field_reaches_the_supervision_config():
                 "in_flight": '"raise"',
                 "shutdown_method": '"unregistered"',
                 "shutdown_timeout_s": "3",
-            }
+                "standbys": "1",
+            },
+            pool={"capacity_factor": "1.5"},
         )
     ).groups["counter"]
     assert (group.args, group.kwargs, group.env) == ([1, "two"], {"offset": 5}, {"FOO": "bar"})
@@ -221,6 +223,7 @@ def test_every_group_field_reaches_the_supervision_config():
         probe_timeout_s=4.0,
         call_timeout_s=30.0,
         in_flight=InFlightPolicy.RAISE,
+        standbys=1,
     )
     config.init_kwargs["n"] = 99  # the config gets a copy: the (frozen) spec is not changed through it
     assert group.init_kwargs == {"n": 1}
@@ -334,6 +337,13 @@ _LONG_NAME = "a" * 65
 
 BAD_SPECS = [
     # (id, text, expected text in the problem, its field path, number of problems (None: not checked))
+    pytest.param(doc(pool={"capacity_factor": "0.5"}), "capacity_factor must be a number >= 1.0 (1.0: no spare bundles), got 0.5", "pools.main.capacity_factor", 1, id="capacity_below_one"),
+    pytest.param(
+        doc(group={"standbys": "2"}, pool={"capacity_factor": "1.5"}),
+        "2 standby(s) need as many spare bundles, pool 'main' reserves 1 (capacity_factor 1.5); raise pools.main.capacity_factor",
+        "groups.counter.standbys", 1, id="standbys_beyond_spares",
+    ),  # fmt: skip
+    pytest.param(doc(group={"standbys": "-1"}), "must be >= 0, got -1", "groups.counter.standbys", 1, id="negative_standbys"),
     pytest.param("name = \n", "not valid TOML: Invalid value (at line 1", "not valid TOML", 1, id="invalid_toml"),
     pytest.param(doc(tail="[bogus]\nx = 1\n"), "unknown key (known: driver, groups, metrics, pools, ray, supervisor)", "bogus", 1, id="unknown_section"),
     pytest.param(doc(tail="[metric]\nport = 1\n"), "unknown key (did you mean 'metrics'?)", "metric", 1, id="misspelled_section"),
@@ -919,3 +929,13 @@ def test_gpus_in_a_cpu_pool_and_negative_budgets_are_one_line_each():
         "groups.counter.gpus_per_worker: pool 'main' has use_gpu = false"
     ]
     assert _problems(doc(group={"data_processes_per_worker": "-1"})) == ["groups.counter.data_processes_per_worker: must be >= 0, got -1"]
+
+
+def test_standbys_need_a_worker_subclass():
+    text = doc(pool={"capacity_factor": "2.0"}, group={"class": '"collections:OrderedDict"', "standbys": "1"})
+    assert _problems(text) == ["groups.counter.standbys: OrderedDict is not a supervisor.Worker subclass, so it cannot take over a rank"]
+    spec = parse_spec(doc(pool={"capacity_factor": "2.0"}, group={"standbys": "2"}))
+    assert spec.pools["main"].spare_bundles == 2
+    pool = spec.resource_pool("main")
+    assert (pool.spare_bundle_count, pool.spare_placement_group_name()) == (2, "unit.main:pg2:spare2")
+    assert pool.reserved_total() == {"CPU": 4.0, "GPU": 4.0}  # the spares are reserved like the ranks' bundles

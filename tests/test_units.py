@@ -23,7 +23,15 @@ from supervisor.dispatch import (
     resolve_dispatch_fns,
     update_dispatch_mode,
 )
-from supervisor.env import RESERVED_ENV_KEYS, Rendezvous, WorkerIdentity, check_user_env, worker_env_vars
+from supervisor.env import (
+    RESERVED_ENV_KEYS,
+    STANDBY_ENV_KEY,
+    Rendezvous,
+    WorkerIdentity,
+    check_user_env,
+    standby_env_vars,
+    worker_env_vars,
+)
 from supervisor.errors import ConfigError, DispatchError, SupervisorError, WorkerEnvError
 from supervisor.layout import actor_name, bundle_resources, placement_group_name, rank_layout
 from supervisor.modes import Dispatch, Execute
@@ -201,7 +209,13 @@ def test_worker_env_contract():
         "WG_PREFIX": "g-",
         "WG_BACKEND": "ray",
     }
-    assert set(env) - {"EXTRA"} == RESERVED_ENV_KEYS
+    assert set(env) - {"EXTRA"} == RESERVED_ENV_KEYS - {STANDBY_ENV_KEY}
+    standby = standby_env_vars(8, "g-", Rendezvous("10.0.0.1", 29500), {"EXTRA": "1"})
+    assert standby == {k: v for k, v in env.items() if k not in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE")} | {
+        STANDBY_ENV_KEY: "1"
+    }
+    with pytest.raises(WorkerEnvError, match="may not override SUPERVISOR_STANDBY"):
+        check_user_env({STANDBY_ENV_KEY: "1"})
     with pytest.raises(WorkerEnvError, match="may not override MASTER_PORT, RANK"):
         check_user_env({"RANK": "1", "MASTER_PORT": "1"})
     with pytest.raises(WorkerEnvError, match=r"worker_env\['X'\] must be a string"):
@@ -219,6 +233,27 @@ def test_worker_outside_a_group_says_why(monkeypatch):
     monkeypatch.setenv("RANK", "5")
     with pytest.raises(WorkerEnvError, match=r"RANK=5 is outside 0..WORLD_SIZE-1"):
         Worker()
+
+
+def test_a_standby_worker_has_no_rank_until_it_takes_one_over(monkeypatch):
+    from supervisor.worker import Worker
+
+    env = standby_env_vars(4, "g-", Rendezvous("127.0.0.1", 29500))
+    for key in RESERVED_ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    worker = Worker()
+    assert worker.is_standby and worker.world_size == 4
+    with pytest.raises(WorkerEnvError, match="rank of a standby is unknown.*move rank-dependent setup from Worker.__init__ into the group's init_method"):
+        worker.rank
+    rank_env = worker_env_vars(WorkerIdentity(rank=2, world_size=4, local_rank=0, local_world_size=2, prefix="g-"), Rendezvous("127.0.0.1", 29600))
+    monkeypatch.delenv(STANDBY_ENV_KEY)
+    for key, value in rank_env.items():
+        monkeypatch.setenv(key, value)
+    worker._read_identity()  # what _supervisor_take_over does after updating the environment
+    assert (worker.is_standby, worker.rank, worker.local_rank, worker.local_world_size) == (False, 2, 0, 2)
+    assert worker.get_master_addr_port() == ("127.0.0.1", "29600")
 
 
 def test_errors_pickle_and_share_a_base():

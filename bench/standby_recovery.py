@@ -1,0 +1,126 @@
+"""Recovery time of a killed rank with a pre-started standby against without, in one run.
+
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python bench/standby_recovery.py [--kills 10] [--world 4] [--start-s 0]
+
+Two supervised groups of the same worker class run side by side on one local node: one without spare
+capacity, one in a pool with ``capacity_factor = 1 + 1/world`` (one spare bundle) and ``standbys = 1``.
+The worker's constructor imports torch (what verl-style workers pay at start) and sleeps ``--start-s``
+more (model code, CUDA context). Kills alternate between the groups; each one is a SIGKILL of a
+non-zero rank's process, and recovery is the time from the kill until a call over every rank of the
+group returns again (the supervisor detects, replaces, re-runs the init method, and the call is
+retried). Before each kill of the standby group its standby is ready again (replenished).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import time
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import ray
+from ray.cluster_utils import Cluster
+
+from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
+from supervisor.init_policy import InitPolicy
+from supervisor.restart_policy import RestartPolicy
+from supervisor.supervision import GroupSupervisor, SupervisionConfig
+from supervisor.worker import send_probe
+
+
+class TorchWorker(Worker):
+    """Pays torch's import (and ``start_s``) in its constructor; rank-dependent setup is ``init_model``."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        super().__init__()
+        import torch  # noqa: F401 - the start cost being measured
+
+        time.sleep(start_s)
+        self.model_rank = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> int:
+        self.model_rank = self.rank
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, idempotent=True)
+    def ping(self) -> int:
+        return self.model_rank
+
+
+def stats(values: list[float]) -> str:
+    v = sorted(values)
+    p95 = v[min(len(v) - 1, int(round(0.95 * (len(v) - 1))))]
+    return f"median {statistics.median(v) * 1e3:7.0f} ms   p95 {p95 * 1e3:7.0f} ms   max {v[-1] * 1e3:7.0f} ms   (n={len(v)})"
+
+
+def supervised(world: int, start_s: float, standbys: int) -> tuple[ResourcePool, GroupSupervisor]:
+    pool = ResourcePool([world], use_gpu=False, max_colocate_count=1, capacity_factor=1 + standbys / world)
+    group = create_group(pool, ClassWithInitArgs(TorchWorker, start_s=start_s))
+    init_group(group, "init_model")
+    config = SupervisionConfig(
+        restart=RestartPolicy(max_restarts=10_000),
+        init_method="init_model",
+        init_policy=InitPolicy(timeout_s=60),
+        probe_period_s=5.0,
+        standbys=standbys,
+        standby_check_s=0.2,
+    )
+    return pool, GroupSupervisor(group, config).start()
+
+
+def kill_and_time(sup: GroupSupervisor, rank: int) -> float:
+    group = sup.group
+    pid = ray.get(send_probe(group.workers[rank]))["pid"]
+    killed = time.perf_counter()
+    os.kill(pid, signal.SIGKILL)
+    assert group.ping() == list(range(group.world_size))
+    return time.perf_counter() - killed
+
+
+def wait_standby_ready(sup: GroupSupervisor, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sup.standby_counts() != (1, 0):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the standby was not replenished")
+        time.sleep(0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kills", type=int, default=10, help="kills per group")
+    parser.add_argument("--world", type=int, default=4)
+    parser.add_argument("--start-s", type=float, default=0.0, help="constructor time on top of importing torch")
+    args = parser.parse_args()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2 * args.world + 4, "include_dashboard": False})
+    try:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        plain_pool, plain = supervised(args.world, args.start_s, standbys=0)
+        spare_pool, spare = supervised(args.world, args.start_s, standbys=1)
+        times: dict[str, list[float]] = {"without": [], "with": []}
+        for i in range(args.kills):
+            rank = 1 + i % (args.world - 1)  # rank 0 would also re-run every rank's init (rendezvous rule)
+            times["without"].append(kill_and_time(plain, rank))
+            wait_standby_ready(spare)
+            time.sleep(0.5)  # let the replenished standby's process settle, as it would in a long run
+            times["with"].append(kill_and_time(spare, rank))
+        wait_standby_ready(spare)
+        print(f"kills: {args.kills} per group, world size {args.world}, one node, constructor: import torch + {args.start_s:g}s")
+        print(f"without standby (kill -> group serving): {stats(times['without'])}")
+        print(f"with a standby  (kill -> group serving): {stats(times['with'])}")
+        ratio = statistics.median(times["with"]) / statistics.median(times["without"])
+        print(f"with / without (medians): {ratio:.2f}x")
+        for pool, sup in ((plain_pool, plain), (spare_pool, spare)):
+            sup.stop()
+            sup.group.kill()
+            pool.teardown()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
