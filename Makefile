@@ -38,7 +38,7 @@ test: setup tools
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/python -m ruff check supervisor tests examples dashboards
+	$(BIN)/python -m ruff check supervisor tests examples dashboards chaos bench
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import SupervisorError, first_line
+from .log import get_logger
 from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from .supervision import GroupSupervisor, InFlightPolicy
 
 __all__ = ["WorkerFailedError", "resolve_in_flight_policy", "run_supervised"]
+
+log = get_logger("supervised_call")
 
 
 class WorkerFailedError(SupervisorError):
@@ -96,9 +99,11 @@ def run_supervised(
         if policy is InFlightPolicy.RAISE:
             failed[rank] = f"{reason.value} on node {node or '?'}: {cause}"
             return
+        waited = time.monotonic()
         supervisor.await_replacement(rank, generation)
         ref, gen, started = submit(rank)
         pending[ref] = (rank, gen, started)
+        log.info("call_shard_rerun", group=group.name, method=method_name, rank=rank, reason=reason.value, waited_s=round(time.monotonic() - waited, 3))
 
     while pending:
         wait_s = poll_s

@@ -6,7 +6,14 @@ import pytest
 
 from supervisor.errors import ConfigError
 from supervisor.layout import check_capacity_factor, spare_bundle_count, spare_placement_group_name
-from supervisor.standby import BundleRef, Replacement, ReplacementKind, free_bundles, plan_replacements, standby_bundles
+from supervisor.standby import (
+    BundleRef,
+    Replacement,
+    ReplacementKind,
+    free_bundles,
+    plan_replacements,
+    standby_bundles,
+)
 
 STANDBY, OWN, SPARE = ReplacementKind.STANDBY, ReplacementKind.OWN_BUNDLE, ReplacementKind.SPARE_BUNDLE
 R0, R1, R2, R3 = (BundleRef(0, i) for i in range(4))  # the ranks' bundles

@@ -246,7 +246,7 @@ def test_a_standby_worker_has_no_rank_until_it_takes_one_over(monkeypatch):
     worker = Worker()
     assert worker.is_standby and worker.world_size == 4
     with pytest.raises(WorkerEnvError, match="rank of a standby is unknown.*move rank-dependent setup from Worker.__init__ into the group's init_method"):
-        worker.rank
+        _ = worker.rank
     rank_env = worker_env_vars(WorkerIdentity(rank=2, world_size=4, local_rank=0, local_world_size=2, prefix="g-"), Rendezvous("127.0.0.1", 29600))
     monkeypatch.delenv(STANDBY_ENV_KEY)
     for key, value in rank_env.items():

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from supervisor import WorkerGroup
     from supervisor.driver import DriverContext
 
-__all__ = ["DriverArgs", "main", "make_prompts", "check_uids"]
+__all__ = ["DriverArgs", "UidMismatch", "main", "make_prompts", "check_uids"]
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,16 @@ def make_prompts(step: int, batch_size: int, prompt_len: int, vocab_size: int, d
     )
 
 
+class UidMismatch(RuntimeError):
+    """A group returned other rows than it was sent: ``lost`` and ``duplicated`` count the items."""
+
+    def __init__(self, method: str, message: str, lost: int, duplicated: int) -> None:
+        super().__init__(message)
+        self.method, self.lost, self.duplicated = method, lost, duplicated
+
+
 def check_uids(method: str, sent: np.ndarray, received: DataProto) -> None:
-    """Raise RuntimeError unless ``received`` holds exactly the uids ``sent``, in the same order."""
+    """Raise :class:`UidMismatch` unless ``received`` holds exactly the uids ``sent``, in the same order."""
     got = np.asarray(received.non_tensor_batch.get("uid", np.array([], dtype=np.int64)))
     if got.shape == sent.shape and np.array_equal(got, sent):
         return
@@ -112,7 +120,8 @@ def check_uids(method: str, sent: np.ndarray, received: DataProto) -> None:
         for label, values in (("missing", missing), ("duplicated", duplicated), ("unexpected", unexpected))
         if values
     ] or ["same uids in a different order"]
-    raise RuntimeError(f"{method}: sent {len(sent)} uids, got {len(got)}: {'; '.join(problems)}")
+    extra = sum(c - 1 for c in counts.values() if c > 1)
+    raise UidMismatch(method, f"{method}: sent {len(sent)} uids, got {len(got)}: {'; '.join(problems)}", len(missing), extra)
 
 
 def _rollout_digest(uids: np.ndarray, responses: torch.Tensor) -> str:
@@ -173,6 +182,7 @@ def run_step(step: int, args: DriverArgs, rollout: WorkerGroup, reference: Worke
         "reward_mean": round(float(reward.mean()), 6),
         "ref_log_prob_mean": round(float(ref_log_prob.mean()), 6),
         "rollout_digest": _rollout_digest(sent, responses),
+        "items": len(sent),
     }
 
 
@@ -222,7 +232,11 @@ def main(ctx: DriverContext) -> None:
         if ctx.stop_requested.is_set():
             log.info("rlhf_stopped", next_step=step, **summary())
             return
-        record = run_step(step, args, rollout, reference, policy["vocab_size"])
+        try:
+            record = run_step(step, args, rollout, reference, policy["vocab_size"])
+        except UidMismatch as exc:  # counted by whoever reads the log (the chaos suite), then fatal
+            log.error("rlhf_items_mismatch", step=step, method=exc.method, lost=exc.lost, duplicated=exc.duplicated)
+            raise
         step_times.append(record["step_s"])
         log.info("rlhf_step", **record)
         ctx.save_progress({"step": step + 1, "steps": args.steps, "rollout_digest": record["rollout_digest"]})

@@ -10,6 +10,12 @@ the replacement and gets back exactly the rows the dead rank would have returned
 
 torch is imported inside the methods, not at module import: actor processes start light and the
 import cost is paid in ``init_model``, under the spec's init timeout.
+
+Fault hooks for the chaos suite (``chaos/``): when ``RLHF_FAULT_DIR`` is set in a worker's environment,
+a file ``hang-<group>-<rank>`` there makes that rank's next data call hang (the file is consumed), and
+a file ``crashloop-<group>-<rank>`` makes every actor of that rank exit at its first data call (a
+worker that crashes as soon as it gets work, on every start). ``<group>`` is the
+group's name prefix without its trailing ``_`` (``rollout``). Without the variable nothing is checked.
 """
 
 from __future__ import annotations
@@ -111,6 +117,36 @@ def _uids(data: DataProto) -> np.ndarray:
     return uids
 
 
+# -- fault hooks (chaos suite) ------------------------------------------------------------------
+
+FAULT_DIR_ENV = "RLHF_FAULT_DIR"
+
+
+def _fault_marker(kind: str, rank: int, consume: bool) -> bool:
+    directory = os.environ.get(FAULT_DIR_ENV)
+    if not directory:
+        return False
+    group = os.environ.get("WG_PREFIX", "").rstrip("_")
+    path = os.path.join(directory, f"{kind}-{group}-{rank}")
+    if not os.path.exists(path):
+        return False
+    if consume:
+        try:
+            os.remove(path)
+        except FileNotFoundError:  # another incarnation took it
+            return False
+    return True
+
+
+def _fault_in_call(rank: int) -> None:
+    if _fault_marker("crashloop", rank, consume=False):
+        os._exit(1)
+    if _fault_marker("hang", rank, consume=True):
+        import time
+
+        time.sleep(3600)  # stuck inside the call: only the supervisor's call timeout ends it
+
+
 # -- workers -----------------------------------------------------------------------------------
 
 
@@ -179,6 +215,7 @@ class RolloutWorker(_TinyLMWorker):
 
         from supervisor.protocol import DataProto
 
+        _fault_in_call(self.rank)
         lm, cfg = self._model(), self.config
         input_ids = prompts.batch["input_ids"]
         _check_tokens("input_ids", input_ids, cfg.vocab_size)
@@ -231,6 +268,7 @@ class ReferenceWorker(_TinyLMWorker):
 
         from supervisor.protocol import DataProto
 
+        _fault_in_call(self.rank)
         lm, cfg = self._model(), self.config
         input_ids, responses = data.batch["input_ids"], data.batch["responses"]
         _check_tokens("input_ids", input_ids, cfg.vocab_size)

@@ -1,0 +1,247 @@
+"""The chaos harness: a local multi-node Ray cluster on 127.0.0.1, the example job's daemon as a
+subprocess (as users run it), and reading what the daemon did (its JSON log, its state record, the
+cluster's tables). This process is a second Ray driver: it injects faults and checks the results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray address on loopback
+
+__all__ = ["REPO", "BIN", "ENV", "ChaosCluster", "JobOptions", "Daemon", "wait_until", "rank_actor", "actor_pid", "leftovers", "stop_everything"]
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_DEDUP_LOGS": "0"}
+GPU_NODE = {"num_cpus": 4, "num_gpus": 4}
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
+    """Poll ``condition`` until it returns something truthy; TimeoutError naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class ChaosCluster:
+    """A CPU-only head (the daemon, its KV store and this driver) and ``gpu_nodes`` nodes with 4 CPUs
+    and 4 declared GPUs each; the example job needs 6 GPUs on two nodes, so one node is spare."""
+
+    def __init__(self, gpu_nodes: int = 3) -> None:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.wanted_gpu_nodes = gpu_nodes
+        self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+        self.gpu_nodes: list[Any] = []
+        try:
+            self.restore()
+            ray.init(address=self.cluster.address, include_dashboard=False, log_to_driver=False, namespace="chaos")
+        except BaseException:
+            self.cluster.shutdown()
+            raise
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def remove_node(self, node_id: str) -> None:
+        """A node loss: its raylet and every process on it are killed."""
+        node = next(n for n in self.gpu_nodes if n.node_id == node_id)
+        self.gpu_nodes.remove(node)
+        self.cluster.remove_node(node)
+
+    def add_gpu_node(self) -> str:
+        node = self.cluster.add_node(**GPU_NODE)
+        self.gpu_nodes.append(node)
+        self.cluster.wait_for_nodes()
+        return str(node.node_id)
+
+    def restore(self) -> None:
+        """Back to ``gpu_nodes`` GPU nodes (a scenario may have removed some)."""
+        while len(self.gpu_nodes) < self.wanted_gpu_nodes:
+            self.add_gpu_node()
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The example RLHF job as a chaos run configures it (pools and groups as in examples/rlhf/rlhf.toml)."""
+
+    steps: int = 100_000  # the run ends when the scenario stops it
+    step_interval_s: float = 0.0
+    batch_size: int = 64
+    max_new_tokens: int = 24  # long enough generate calls that kills land inside them
+    max_restarts: int = 100_000
+    init_attempts: int = 3
+    call_timeout_s: float = 30.0
+    probe_period_s: float = 2.0
+    probe_timeout_s: float = 10.0
+    progress_interval_s: float = 2.0
+    resource_timeout_s: float = 300.0
+    target_token: int = 7
+    heartbeat_interval_s: float = 0.5
+
+    def spec(self, name: str, fault_dir: Path) -> str:
+        group = textwrap.dedent(
+            f"""
+            kwargs = {{ vocab_size = 64, hidden = 32, seed = 0, max_new_tokens = {self.max_new_tokens} }}
+            env = {{ RLHF_FAULT_DIR = "{fault_dir}" }}
+            init_method = "init_model"
+            init_timeout_s = 120.0
+            init_attempts = {self.init_attempts}
+            max_restarts = {self.max_restarts}
+            restart_window_s = 600.0
+            probe_period_s = {self.probe_period_s}
+            probe_timeout_s = {self.probe_timeout_s}
+            call_timeout_s = {self.call_timeout_s}
+            shutdown_method = "shutdown"
+            """
+        )
+        pools = "".join(
+            f'[pools.{pool}]\nprocess_on_nodes = {layout}\nresource_timeout_s = {self.resource_timeout_s}\nprogress_interval_s = {self.progress_interval_s}\n'
+            for pool, layout in (("rollout", "[2, 2]"), ("reference", "[1, 1]"))
+        )
+        return (
+            f'[supervisor]\nname = "{name}"\nheartbeat_interval_s = {self.heartbeat_interval_s}\n'
+            f'[ray]\npython_path = ["{REPO}"]\n'
+            + pools
+            + f'[groups.rollout]\npool = "rollout"\nclass = "examples.rlhf.workers:RolloutWorker"\n{group}'
+            + f'[groups.reference]\npool = "reference"\nclass = "examples.rlhf.workers:ReferenceWorker"\n{group}'
+            + "[metrics]\nport = 0\nlinger_s = 0\n"
+            + '[driver]\nfunction = "examples.rlhf.driver:main"\n'
+            + f"[driver.args]\nsteps = {self.steps}\nbatch_size = {self.batch_size}\nstep_interval_s = {self.step_interval_s}\n"
+            + f"target_token = {self.target_token}\n"
+        )
+
+
+class Daemon:
+    """``supervisor start SPEC --address ... --log-json`` as a subprocess; its log is kept in a file."""
+
+    def __init__(self, name: str, spec: Path, address: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed by stop()/wait_exit()
+        self.proc = subprocess.Popen(
+            [str(BIN / "supervisor"), "start", str(spec), "--address", address, "--log-json"],
+            stdout=self._log, stderr=subprocess.STDOUT, env=ENV, cwd=str(REPO),
+        )  # fmt: skip
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        return out
+
+    def record(self) -> Any:
+        from supervisor.record import RecordStore
+
+        return RecordStore().get(self.name)
+
+    def wait_running(self, timeout_s: float = 180.0) -> Any:
+        """The record once this daemon has it RUNNING; RuntimeError (with the log's tail) if it exits."""
+
+        def running() -> Any:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon {self.name} exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            record = self.record()
+            return record if record is not None and record.state == "running" and record.pid == self.proc.pid else None
+
+        return wait_until(running, timeout_s, f"daemon {self.name} to be running", 0.2)
+
+    def steps_done(self) -> int:
+        return sum(1 for e in self.events() if e.get("event") == "rlhf_step")
+
+    def wait_steps(self, n: int, timeout_s: float = 120.0) -> None:
+        def done() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon {self.name} exited with {self.proc.returncode} before {n} steps: {self.log_path.read_text()[-2000:]}")
+            return self.steps_done() >= n
+
+        wait_until(done, timeout_s, f"{n} steps of {self.name}", 0.2)
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait_exit(self, timeout_s: float = 120.0) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self._log.flush()
+
+    def stop(self) -> None:
+        """Make sure the process is gone (SIGKILL if it still runs)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+        self._log.close()
+
+
+def rank_actor(record: Any, group: str, rank: int) -> tuple[str, Any]:
+    """The name and handle of ``rank``'s current actor (raises ValueError when it has none)."""
+    import ray
+
+    name = record.groups[group].actor_names[rank]
+    return name, ray.get_actor(name, namespace=record.namespace)
+
+
+def actor_pid(handle: Any, timeout_s: float = 10.0) -> int:
+    """The process id of a supervised actor, asked through its probe (answered even mid-call)."""
+    import ray
+
+    from supervisor.worker import send_probe
+
+    return int(ray.get(send_probe(handle), timeout=timeout_s)["pid"])
+
+
+def leftovers(name: str) -> tuple[list[str], list[str], bool]:
+    """What a supervisor left in the cluster: placement-group names, actor names, whether its record exists."""
+    from supervisor.ownership import find_owned
+    from supervisor.record import RecordStore
+
+    owned = find_owned(name)
+    return sorted(owned.placement_groups), list(owned.actors), RecordStore().get(name) is not None
+
+
+def wait_nothing_left(name: str, timeout_s: float = 20.0) -> tuple[list[str], list[str], bool]:
+    """``leftovers`` once they are gone, or what is still there after ``timeout_s`` (removal is asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = leftovers(name)
+        if not any(left) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def stop_everything(name: str) -> None:
+    """Remove whatever a failed run left (so the next scenario starts clean)."""
+    from supervisor.ownership import find_owned, remove_owned
+    from supervisor.record import RecordStore
+
+    remove_owned(name, find_owned(name))
+    RecordStore().delete(name)
