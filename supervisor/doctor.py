@@ -175,7 +175,8 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
                 findings.append(
                     Finding(
                         FindingKind.STANDBYS_MISSING, f"{record.name}/{group.name}",
-                        f"{ready} of {group.standbys_wanted} standby(s) ready: a failed rank waits for a fresh actor",
+                        f"{ready} of {group.standbys_wanted} standby(s) ready ({len(group.standbys) - ready} starting): "
+                        "a failed rank may wait for a fresh actor",
                         "standbys start in free, placed bundles: check the log for standby_failed (a constructor that "
                         "needs the rank) and `supervisor status` for spare bundles that are not placed",
                     )  # fmt: skip

@@ -98,6 +98,20 @@ def test_init_failures_restarts_drift_hung_oversubscription_version():
     assert [f.phase for f in found][:2] == [Phase.DURING_INIT, Phase.AFTER_START]
 
 
+def test_fewer_ready_standbys_than_wanted():
+    from supervisor.record import StandbyRecord
+
+    group = GroupRecord(
+        "g", "p", "m:C", ["a"], state="running", initialized=True, ranks=[RankRecord(0, "running", NODE, NODE)],
+        standbys=[StandbyRecord("g_C_standby-1", [1, 0], NODE), StandbyRecord("g_C_standby-2", [1, 1], None)], standbys_wanted=3,
+    )  # fmt: skip
+    (finding,) = diagnose(facts(records=[record(groups={"g": group})], cluster_ray_version="2.60.0"))
+    assert (finding.kind, finding.subject, finding.phase) == (FindingKind.STANDBYS_MISSING, "job/g", Phase.AFTER_START)
+    assert finding.detail.startswith("1 of 3 standby(s) ready (1 starting)")
+    group.standbys = [StandbyRecord(f"s{i}", [1, i], NODE) for i in range(3)]
+    assert diagnose(facts(records=[record(groups={"g": group})], cluster_ray_version="2.60.0")) == []
+
+
 # -- real faults on a real cluster -----------------------------------------------------------------
 
 from daemon_harness import BIN, ENV, TESTS_DIR  # noqa: E402 - the real-cluster half starts here

@@ -9,6 +9,7 @@ from supervisor.record import (
     Liveness,
     PoolRecord,
     RankRecord,
+    StandbyRecord,
     SupervisorRecord,
     liveness,
 )
@@ -30,10 +31,11 @@ def record(heartbeat_age_s: float = 0.0) -> SupervisorRecord:
     return SupervisorRecord(
         name="demo", namespace="supervisor.demo", owner="abc", pid=42, host="h", started_at=NOW - 100,
         heartbeat_at=NOW - heartbeat_age_s, heartbeat_interval_s=1.0, orphan_grace_s=30.0,
-        pools={"p": PoolRecord("p", "demo.p", ["demo.p:pg2:0"], {"demo.p:pg2:0": ["n1", "n1"]}, [2])},
-        groups={"g": GroupRecord("g", "p", "m:C", ["g_C_0:0", "g_C_0:1"], state="running", initialized=True,
+        pools={"p": PoolRecord("p", "demo.p", ["demo.p:pg2:0"], {"demo.p:pg2:0": ["n1", "n1"]}, [2], "demo.p:pg2:spare1")},
+        groups={"g": GroupRecord("g", "p", "m:C", ["g_C_0:0", "g_C_standby-1a2b"], state="running", initialized=True,
                                  ranks=[RankRecord(0, "running", "n1", "n1"), RankRecord(1, "running", "n2", "n1", restarts=1)],
-                                 restarts=[[1, "node_lost", NOW - 5], [0, "died", NOW - 900]])},
+                                 restarts=[[1, "node_lost", NOW - 5], [0, "died", NOW - 900]],
+                                 bundles=[[0, 0], [1, 0]], standbys=[StandbyRecord("g_C_standby-3c4d", [0, 1], "n1")], standbys_wanted=1)},
         failures=[FailureEvent(NOW - 5, "g", 1, "node_lost", "ActorDiedError: node gone")],
         driver_progress={"step": 7},
     )  # fmt: skip
@@ -72,7 +74,7 @@ def report(alive: bool) -> StatusReport:
         name="demo", liveness="alive" if alive else "orphaned", state="running", pid=42, host="h", started_at=NOW - 3725,
         heartbeat_at=NOW - (0.4 if alive else 95), heartbeat_age_s=0.4 if alive else 95, metrics_address="127.0.0.1:9400",
         pools=[PoolStatus("p", [PlacementGroupStatus("demo.p:pg2:0", "RESCHEDULING", 1, 2, ["a" * 56, None])])],
-        groups=[GroupStatus("g", "p", "recovering", 2, 1, 1, 0, 1, 600.0, 10, [DriftedRank(1, "a" * 56, "b" * 56)], not alive)],
+        groups=[GroupStatus("g", "p", "recovering", 2, 1, 1, 0, 1, 600.0, 10, [DriftedRank(1, "a" * 56, "b" * 56)], not alive, None, 2, 1, 1)],
         failures=[],
     )  # fmt: skip
     return StatusReport(generated_at=NOW, supervisors=[sup])
@@ -88,6 +90,7 @@ def test_render_running_supervisor():
     assert f" demo.p:pg2:0 RESCHEDULING 1/2 bundles placed [0:{short_node('a' * 56)} 1:(unplaced)]" in lines
     assert " workers: 1 alive, 1 restarting, 0 failed" in lines
     assert " drift: rank 1 node_aaaaaaaaaaaa -> node_bbbbbbbbbbbb" in lines
+    assert " standbys: 1/2 ready, 1 starting" in lines
     assert lines[-4:] == ["Pending Demands:", " (no resource demands)", "Warnings:", " (no warnings)"]
 
 
