@@ -1,6 +1,6 @@
 """Detection and recovery time of a supervised group, over repeated SIGKILLs of one rank.
 
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python bench/recovery.py [--kills 20] [--world 4]
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python -m bench.recovery [--kills 20] [--world 4]
 
 For each kill: detection = Ray's recorded death time (GCS) to the supervisor noticing it; recovery =
 death to the replacement serving calls again (init method re-run included). Also measures the floor:
@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
-import tempfile
 import time
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -28,6 +26,8 @@ from supervisor.init_policy import InitPolicy
 from supervisor.restart_policy import RestartPolicy
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
 from supervisor.worker import send_probe
+
+from .common import Row, Stat
 
 
 class BenchWorker(Worker):
@@ -57,21 +57,12 @@ class Timings(ObservingHooks):
             self.recovery.append(recovery_s)
 
 
-def stats(values: list[float]) -> str:
-    v = sorted(values)
-    p95 = v[min(len(v) - 1, int(round(0.95 * (len(v) - 1))))]
-    return f"median {statistics.median(v) * 1e3:7.1f} ms   p95 {p95 * 1e3:7.1f} ms   max {v[-1] * 1e3:7.1f} ms   (n={len(v)})"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--world", type=int, default=4)
-    args = parser.parse_args()
+def run(kills: int = 20, world: int = 4) -> list[Row]:
+    """Detection and recovery over ``kills`` SIGKILLs of non-zero ranks, and the floor, in one run."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 16, "num_gpus": 4, "include_dashboard": False})
     try:
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-        pool = ResourcePool([args.world], use_gpu=False, max_colocate_count=2)
+        pool = ResourcePool([world], use_gpu=False, max_colocate_count=2)
         group = create_group(pool, ClassWithInitArgs(BenchWorker))
         init_group(group, "init_model")
         hooks = Timings()
@@ -82,10 +73,10 @@ def main() -> None:
             probe_period_s=5.0,
         )
         sup = GroupSupervisor(group, config, hooks=hooks).start()
-        # Floor: a fresh actor of the same class into a free bundle slot, called once.
+        # Floor: a fresh actor of the same class into a free slot of the same bundle, called once.
         floor = []
         remote_cls = ray.remote(BenchWorker)
-        for _ in range(args.kills):
+        for _ in range(kills):
             env = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
             started = time.perf_counter()
             actor = remote_cls.options(
@@ -96,8 +87,8 @@ def main() -> None:
             floor.append(time.perf_counter() - started)
             ray.kill(actor)
         killed_at: list[float] = []
-        for i in range(args.kills):
-            rank = 1 + i % (args.world - 1)  # rank 0 would also re-run every rank's init (rendezvous rule)
+        for i in range(kills):
+            rank = 1 + i % (world - 1)  # rank 0 would also re-run every rank's init (rendezvous rule)
             generation = sup.generation(rank)
             pid = ray.get(send_probe(group.workers[rank]))["pid"]
             killed_at.append(time.perf_counter())
@@ -107,19 +98,29 @@ def main() -> None:
             ray.get(group.workers[rank].ping.remote())
             time.sleep(0.5)
         sup.stop()
-        print(f"kills: {args.kills}, world size {args.world}, one node, CPU-only actors")
-        print(f"detection (SIGKILL -> detected):       {stats([d - k for k, d in zip(killed_at, hooks.detected_at, strict=True)])}")
-        print(f"detection (GCS death time -> detected): {stats(hooks.detection)}")
-        print(f"recovery  (death -> replacement ok):    {stats(hooks.recovery)}")
-        print(f"floor     (new actor in bundle + call): {stats(floor)}")
-        print(f"recovery / floor (medians): {statistics.median(hooks.recovery) / statistics.median(floor):.2f}x")
         group.kill()
         pool.teardown()
     finally:
         ray.shutdown()
         cluster.shutdown()
+    case = f"{kills} SIGKILLs, world size {world}, one node"
+    detected = Stat.of([d - k for k, d in zip(killed_at, hooks.detected_at, strict=True)])
+    return [
+        Row("recovery (death -> replacement serving)", case, Stat.of(hooks.recovery), "floor: new actor in the bundle + call", Stat.of(floor), "<= 1.30x"),
+        Row("detection (SIGKILL -> supervisor notices)", case, detected, "goal: p95 <= 1 s", None),
+        Row("detection (GCS death record -> supervisor notices)", case, Stat.of(hooks.detection), "", None),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--world", type=int, default=4)
+    args = parser.parse_args()
+    for row in run(args.kills, args.world):
+        ratio = f"  {row.ratio:.2f}x {row.reference}" if row.ratio else ""
+        print(f"{row.benchmark}: {row.ours.show()}{ratio}")
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory():
-        main()
+    main()

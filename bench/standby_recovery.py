@@ -1,6 +1,6 @@
 """Recovery time of a killed rank with a pre-started standby against without, in one run.
 
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python bench/standby_recovery.py [--kills 10] [--world 4] [--start-s 0]
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python -m bench.standby_recovery [--kills 10] [--world 4] [--start-s 0]
 
 Two supervised groups of the same worker class run side by side on one local node: one without spare
 capacity, one in a pool with ``capacity_factor = 1 + 1/world`` (one spare bundle) and ``standbys = 1``.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import time
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -29,6 +28,8 @@ from supervisor.init_policy import InitPolicy
 from supervisor.restart_policy import RestartPolicy
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
 from supervisor.worker import send_probe
+
+from .common import Row, Stat
 
 
 class TorchWorker(Worker):
@@ -49,12 +50,6 @@ class TorchWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, idempotent=True)
     def ping(self) -> int:
         return self.model_rank
-
-
-def stats(values: list[float]) -> str:
-    v = sorted(values)
-    p95 = v[min(len(v) - 1, int(round(0.95 * (len(v) - 1))))]
-    return f"median {statistics.median(v) * 1e3:7.0f} ms   p95 {p95 * 1e3:7.0f} ms   max {v[-1] * 1e3:7.0f} ms   (n={len(v)})"
 
 
 def supervised(world: int, start_s: float, standbys: int) -> tuple[ResourcePool, GroupSupervisor]:
@@ -89,30 +84,21 @@ def wait_standby_ready(sup: GroupSupervisor, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--kills", type=int, default=10, help="kills per group")
-    parser.add_argument("--world", type=int, default=4)
-    parser.add_argument("--start-s", type=float, default=0.0, help="constructor time on top of importing torch")
-    args = parser.parse_args()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2 * args.world + 4, "include_dashboard": False})
+def run(kills: int = 10, world: int = 4, start_s: float = 0.0) -> list[Row]:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2 * world + 4, "include_dashboard": False})
     try:
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-        plain_pool, plain = supervised(args.world, args.start_s, standbys=0)
-        spare_pool, spare = supervised(args.world, args.start_s, standbys=1)
-        times: dict[str, list[float]] = {"without": [], "with": []}
-        for i in range(args.kills):
-            rank = 1 + i % (args.world - 1)  # rank 0 would also re-run every rank's init (rendezvous rule)
-            times["without"].append(kill_and_time(plain, rank))
+        plain_pool, plain = supervised(world, start_s, standbys=0)
+        spare_pool, spare = supervised(world, start_s, standbys=1)
+        without: list[float] = []
+        with_standby: list[float] = []
+        for i in range(kills):
+            rank = 1 + i % (world - 1)  # rank 0 would also re-run every rank's init (rendezvous rule)
+            without.append(kill_and_time(plain, rank))
             wait_standby_ready(spare)
             time.sleep(0.5)  # let the replenished standby's process settle, as it would in a long run
-            times["with"].append(kill_and_time(spare, rank))
+            with_standby.append(kill_and_time(spare, rank))
         wait_standby_ready(spare)
-        print(f"kills: {args.kills} per group, world size {args.world}, one node, constructor: import torch + {args.start_s:g}s")
-        print(f"without standby (kill -> group serving): {stats(times['without'])}")
-        print(f"with a standby  (kill -> group serving): {stats(times['with'])}")
-        ratio = statistics.median(times["with"]) / statistics.median(times["without"])
-        print(f"with / without (medians): {ratio:.2f}x")
         for pool, sup in ((plain_pool, plain), (spare_pool, spare)):
             sup.stop()
             sup.group.kill()
@@ -120,6 +106,18 @@ def main() -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
+    case = f"{kills} SIGKILLs, world size {world}, constructor imports torch" + (f" + {start_s:g}s" if start_s else "")
+    return [Row("recovery with a standby (kill -> group serving)", case, Stat.of(with_standby), "without a standby", Stat.of(without), "< 1.0x")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kills", type=int, default=10, help="kills per group")
+    parser.add_argument("--world", type=int, default=4)
+    parser.add_argument("--start-s", type=float, default=0.0, help="constructor time on top of importing torch")
+    args = parser.parse_args()
+    (row,) = run(args.kills, args.world, args.start_s)
+    print(f"{row.case}: with a standby {row.ours.show()}, without {row.ref.show()}; with / without (medians) {row.ratio:.2f}x")
 
 
 if __name__ == "__main__":

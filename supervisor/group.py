@@ -169,13 +169,14 @@ class WorkerGroup:
         self._pgs = [*pgs, *([pool.spare_pg] if pool.spare_pg is not None else [])]
         slots = pool.rank_slots()
         class_name = cls_with_init.user_cls.__name__
-        layout = [BundleRef(s.pg_index, s.bundle_index) for s in slots]
-        if placement is not None and len(placement.actor_names) == len(slots) and len(placement.bundles) == len(slots):
+        self._slots = list(slots)
+        usable = set(self.all_bundles())
+        if placement is not None and len(placement.actor_names) == len(slots) and len(placement.bundles) == len(slots) and set(placement.bundles) <= usable:
             names, bundles = list(placement.actor_names), list(placement.bundles)
-        else:
-            names, bundles = [actor_name(self.name_prefix, class_name, slot) for slot in slots], layout
+        else:  # the layout's (also when the recorded bundles are gone, e.g. the spares were dropped from the spec)
+            names, bundles = [actor_name(self.name_prefix, class_name, slot) for slot in slots], [BundleRef(s.pg_index, s.bundle_index) for s in slots]
         existing = {rank: handle for rank, name in enumerate(names) if adopt and (handle := self._find_actor(name)) is not None}
-        self._slots, self._bundles = list(slots), bundles
+        self._bundles = bundles
         if self._rendezvous is None or (adopt and 0 not in existing):
             # Rank 0 is created now, so its rendezvous is picked now on its bundle's node, never on
             # an adopted group's earlier port (stale peers may still connect to it).
@@ -195,7 +196,7 @@ class WorkerGroup:
             self.kill()
             raise
         for bundle, name in (placement.standbys.items() if placement is not None and adopt else []):
-            handle = self._find_actor(name)
+            handle = self._find_actor(name) if bundle in usable and bundle not in bundles else None
             if handle is not None:
                 self._standbys[bundle] = Standby(name, handle, bundle)
         self.adopted_ranks = sorted(existing)

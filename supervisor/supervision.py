@@ -629,13 +629,14 @@ class GroupSupervisor:
     def _execute_replacement(self, replacement: Replacement) -> None:
         group, rank = self.group, replacement.rank
         if replacement.kind is ReplacementKind.STANDBY:
+            standby = group.standbys[replacement.bundle]
             self._forget_standby(replacement.bundle)
             self._next_standby_check = 0.0  # start its successor on the next pass
             try:
                 group.take_over(rank, replacement.bundle, timeout_s=self.config.probe_timeout_s)
                 return
             except Exception as exc:  # the standby died meanwhile: fall back to a fresh actor
-                self.hooks.on_standby_failed(group.name, str(replacement.bundle), f"take-over of rank {rank} failed: {first_line(exc)}")
+                self.hooks.on_standby_failed(group.name, standby.name, f"take-over of rank {rank} failed: {ray_error_line(exc)}")
             self._wait_bundles([rank])
             group.replace_worker(rank)
         elif replacement.kind is ReplacementKind.SPARE_BUNDLE:

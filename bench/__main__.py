@@ -1,0 +1,129 @@
+"""``python -m bench [--quick] [--only NAME ...]``: run every benchmark and write bench/RESULTS.md.
+
+Each benchmark starts its own local cluster on 127.0.0.1 (declared GPUs where a GPU pool is used),
+warms up, and times ours and its references in the same run. ``--quick`` cuts repetitions (to check
+that everything runs; its figures are not the published ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .common import Row
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
+    from . import data, decision, dispatch, recovery, scale, standby_recovery
+
+    return {
+        "dispatch": lambda: dispatch.run(reps=30 if quick else 300),
+        "data": lambda: data.run(rows=8192 if quick else 65536, reps=3 if quick else 10),
+        "recovery": lambda: recovery.run(kills=3 if quick else 20),
+        "standby": lambda: standby_recovery.run(kills=2 if quick else 10),
+        "scale": lambda: scale.run(rounds=1 if quick else 2, idle_s=5 if quick else 30),
+        "decision": lambda: decision.run(reps=20 if quick else 200),
+    }
+
+
+def _fmt(row: Row) -> list[str]:
+    ratio = f"{row.ratio:.2f}×" if row.ratio is not None else ""
+    met = {True: "met", False: "**missed**", None: ""}[row.met]
+    return [
+        row.benchmark,
+        row.case,
+        row.ours.show(row.unit),
+        f"{row.reference}: {row.ref.show(row.unit)}" if row.ref else row.reference,
+        ratio,
+        f"{row.goal.replace('x', '×')} {met}".strip(),
+    ]
+
+
+def render(rows: list[Row], elapsed_s: float, command: str) -> str:
+    head = ["benchmark", "case", "ours (median, p95)", "reference (median, p95)", "ratio", "goal"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"One full run of `{command}` on {datetime.date.today().isoformat()}, {platform.machine()} "
+        f"({_cores()} cores), Python {platform.python_version()}, ray {_version('ray')}, torch {_version('torch')}; "
+        f"verl {_version('verl')} installed for the comparison only. Total {elapsed_s / 60:.1f} min.",
+        "Ratios are ours / reference, medians, measured in the same run. The README discusses each figure.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    lines += ["| " + " | ".join(_fmt(row)) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _cores() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def _version(module: str) -> str:
+    try:
+        return str(__import__(module).__version__)
+    except Exception:
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few repetitions; does not write RESULTS.md")
+    parser.add_argument("--only", nargs="*", default=None, help="run only these benchmarks")
+    args = parser.parse_args(argv)
+    benchmarks = _benchmarks(args.quick)
+    names = args.only or list(benchmarks)
+    started = time.monotonic()
+    rows: list[Row] = []
+    for name in names:
+        print(f"== {name}", flush=True)
+        # Each in its own process: clusters, actor classes and memory do not leak into the next one.
+        code = subprocess.call([sys.executable, "-c", f"import bench.__main__ as m; m._one({name!r}, {args.quick!r})"])
+        if code != 0:
+            print(f"benchmark {name} failed with exit code {code}", flush=True)
+            return 1
+        rows += _load(name)
+    elapsed = time.monotonic() - started
+    command = "python -m bench" + (" --quick" if args.quick else "") + (f" --only {' '.join(names)}" if args.only else "")
+    text = render(rows, elapsed, command)
+    print(text)
+    if not args.quick and not args.only:
+        RESULTS.write_text(text)
+        print(f"written to {RESULTS}")
+    return 0
+
+
+def _one(name: str, quick: bool) -> None:
+    import pickle
+
+    rows = _benchmarks(quick)[name]()
+    for row in rows:
+        print(" | ".join(_fmt(row)), flush=True)
+    _rows_path(name).write_bytes(pickle.dumps(rows))
+
+
+def _load(name: str) -> list[Row]:
+    import pickle
+
+    return list(pickle.loads(_rows_path(name).read_bytes()))
+
+
+def _rows_path(name: str) -> Path:
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"ray-supervisor-bench-{name}.pkl"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
