@@ -44,8 +44,13 @@ class Stat:
         return cls(statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], len(ordered))
 
     def show(self, unit: str = "ms") -> str:
-        scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
-        return f"{self.median * scale:.3g} {unit} (p95 {self.p95 * scale:.3g})"
+        scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "%": 100.0}[unit]
+        return f"{_num(self.median * scale)} {unit} (p95 {_num(self.p95 * scale)})"
+
+
+def _num(x: float) -> str:
+    """Three significant digits, never in exponent notation."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,8 @@ def local_cluster(nodes: list[dict[str, Any]]) -> Any:
 
 
 def ensure_verl() -> None:
-    """Make ``import verl`` work here and in the cluster's worker processes (install it if needed)."""
+    """Make ``import verl`` work here and in the worker processes of clusters started afterwards
+    (they inherit ``PYTHONPATH``); install it if needed."""
     if str(VERL_DIR) not in sys.path:
         sys.path.append(str(VERL_DIR))
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", ""), str(VERL_DIR)] if p)

@@ -71,6 +71,7 @@ def _verl(layout: list[int], reps: int) -> tuple[Stat, Stat]:
 def run(reps: int = 300) -> list[Row]:
     import ray
 
+    ensure_verl()  # before any cluster starts: its worker processes import verl from the same path
     rows: list[Row] = []
     for case, layout, nodes in CASES:
         cluster = local_cluster(nodes)

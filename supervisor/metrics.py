@@ -108,9 +108,17 @@ class DispatchFailure(enum.Enum):
     GROUP_FAILED = "group_failed"  # the group is FAILED (restart budget exhausted)
 
 
+_DISPATCH_DURATION_CHILDREN: dict[tuple[str, str], Any] = {}
+
+
 def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchFailure | None) -> None:
     """Record one bound group method call."""
-    DISPATCH_DURATION.labels(group=group, method=method).observe(seconds)
+    # A labelled child looked up once per (group, method): labels() takes a lock on every call, and
+    # this runs on the hot path of every training step.
+    child = _DISPATCH_DURATION_CHILDREN.get((group, method))
+    if child is None:
+        child = _DISPATCH_DURATION_CHILDREN[(group, method)] = DISPATCH_DURATION.labels(group=group, method=method)
+    child.observe(seconds)
     if failure is not None:
         DISPATCH_FAILURES.labels(group=group, method=method, reason=failure.value).inc()
 
