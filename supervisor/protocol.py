@@ -301,10 +301,32 @@ def _portable_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def _numpy_view(tensor: torch.Tensor) -> np.ndarray | None:
+    """A numpy view of a CPU tensor, when numpy has its dtype (not bfloat16, not nested)."""
+    if tensor.device.type != "cpu" or tensor.is_nested or tensor.dtype not in _NUMPY_DTYPES:
+        return None
+    try:
+        return tensor.detach().numpy()
+    except RuntimeError:  # conjugate or negative views numpy cannot express: pickled as a tensor
+        return None
+
+
+# dtypes that round-trip through numpy unchanged.
+_NUMPY_DTYPES = frozenset(
+    {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+     torch.float64, torch.complex64, torch.complex128}
+)  # fmt: skip
+
+
 def _encode_tensordict(td: TensorDictBase) -> dict[str, Any]:
     entries: dict[str, tuple] = {}
     for key, value in td.items():
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and (array := _numpy_view(value)) is not None:
+            # As a numpy view: pickle protocol 5 (Ray's) ships exactly the view's bytes out of band,
+            # written once into the object store, where a torch tensor pickles in band (a clone of a
+            # chunk, then copies through the pickle stream). The reader gets its own writable copy.
+            entries[key] = ("numpy", array, value.requires_grad)
+        elif isinstance(value, torch.Tensor):
             entries[key] = (
                 "tensor",
                 _portable_tensor(value),
@@ -325,7 +347,14 @@ def _encode_tensordict(td: TensorDictBase) -> dict[str, Any]:
 def _decode_tensordict(state: dict[str, Any]) -> TensorDict:
     entries: dict[str, Any] = {}
     for key, (kind, *payload) in state["entries"].items():
-        if kind == "tensor":
+        if kind == "numpy":
+            array, requires_grad = payload
+            # Arrays read from Ray's object store are read-only shared memory: never hand those out.
+            tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+            if requires_grad:
+                tensor.requires_grad_(True)
+            entries[key] = tensor
+        elif kind == "tensor":
             tensor, device, requires_grad = payload
             tensor = tensor.to(_loadable_device(device))
             if requires_grad:
