@@ -1330,9 +1330,10 @@ class DataProto:
         return self
 
     def __getstate__(self) -> dict[str, Any]:
-        # The TensorDict travels as plain tensors plus batch_size and device, so that
-        # unpickling does not depend on TensorDict internals. Tensors are moved to
-        # CPU and made compact, so a chunk does not drag its parent's storage along.
+        # The TensorDict travels as plain arrays plus batch_size and device, so that
+        # unpickling does not depend on TensorDict internals. CPU tensors go as numpy
+        # views (a chunk carries only its own rows, out of band under protocol 5); the
+        # rest is moved to CPU and made compact, so a chunk never drags its parent's storage along.
         return {
             "batch": None if self.batch is None else _encode_tensordict(self.batch),
             "non_tensor_batch": self.non_tensor_batch,

@@ -880,6 +880,20 @@ def test_pickle_keeps_nested_tensordict_and_requires_grad():
     assert back.batch["w"].tolist() == [[1.0, 1.0], [1.0, 1.0]]
 
 
+def test_protocol_5_ships_a_chunks_rows_out_of_band_and_the_reader_gets_writable_tensors():
+    big = DataProto.from_dict(tensors={"ids": torch.arange(80_000, dtype=torch.int64).reshape(1000, 80), "half": torch.ones(1000, 2, dtype=torch.bfloat16)})
+    piece = big.chunk(10)[3]
+    buffers = []
+    payload = pickle.dumps(piece, protocol=5, buffer_callback=buffers.append)
+    assert [b.raw().nbytes for b in buffers] == [100 * 80 * 8]  # ids: exactly the chunk's rows; bfloat16 travels in band
+    assert len(payload) < 10_000
+    readonly = [memoryview(bytes(b.raw())) for b in buffers]  # what Ray's object store hands back: read-only memory
+    back = pickle.loads(payload, buffers=readonly)
+    assert back.batch["ids"].equal(piece.batch["ids"]) and back.batch["half"].dtype == torch.bfloat16
+    back.batch["ids"] += 1  # writable: its own copy, not the shared (read-only) buffer
+    assert back.batch["ids"][0, 0].item() == piece.batch["ids"][0, 0].item() + 1
+
+
 def test_pickled_chunk_does_not_carry_parent_storage():
     big = DataProto.from_dict(tensors={"x": torch.zeros(1000, 100)})
     piece = big.chunk(10)[3]
