@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .common import Row
+from .common import VERL_VERSION, Row
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -54,7 +54,7 @@ def render(rows: list[Row], elapsed_s: float, command: str) -> str:
         "",
         f"One full run of `{command}` on {datetime.date.today().isoformat()}, {platform.machine()} "
         f"({_cores()} cores), Python {platform.python_version()}, ray {_version('ray')}, torch {_version('torch')}; "
-        f"verl {_version('verl')} installed for the comparison only. Total {elapsed_s / 60:.1f} min.",
+        f"verl {VERL_VERSION} installed for the comparison only. Total {elapsed_s / 60:.1f} min.",
         "Ratios are ours / reference, medians, measured in the same run. The README discusses each figure.",
         "",
         "| " + " | ".join(head) + " |",
