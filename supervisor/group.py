@@ -428,8 +428,9 @@ class WorkerGroup:
         return [*layout, *spares]
 
     def placed_bundles(self) -> dict[BundleRef, str]:
-        """The node of every bundle of the group that is placed now (its placement group is CREATED
-        and its node alive); bundles of a lost node that Ray is re-placing are absent."""
+        """The node of every bundle of the group that is placed now, on an alive node; bundles of a
+        lost node that Ray is re-placing are absent (the other bundles of their SPREAD placement group,
+        RESCHEDULING as a whole, still count)."""
         import ray
         from ray.util import placement_group_table
 
@@ -437,8 +438,6 @@ class WorkerGroup:
         out: dict[BundleRef, str] = {}
         for index in sorted({b.pg_index for b in self.all_bundles()}):
             table = placement_group_table(self._pgs[index])
-            if table.get("state") != "CREATED":
-                continue
             for bundle_index, node in table.get("bundles_to_node_id", {}).items():
                 if node in alive:
                     out[BundleRef(index, int(bundle_index))] = str(node)

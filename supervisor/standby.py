@@ -65,10 +65,11 @@ def plan_replacements(
         rank_bundles: each rank's bundle now.
         bundle_nodes: node of every bundle that is placed now; absent or None when it is not (its
             node was lost and Ray is re-placing it).
-        standbys: ready standbys (constructed, alive): their bundle and node.
+        standbys: ready standbys (constructed, alive): their bundle and node; one whose bundle is not
+            placed (its node was just lost) is not used.
         free: bundles of the group holding neither a rank nor a standby.
     """
-    available = dict(standbys)
+    available = {b: node for b, node in standbys.items() if bundle_nodes.get(b)}  # not on a lost node
     spare = [b for b in sorted(set(free)) if bundle_nodes.get(b)]
     plan: list[Replacement] = []
     for rank in sorted(failed):

@@ -344,7 +344,10 @@ class GroupSupervisor:
         """One pass: observe for up to ``timeout_s``, decide, execute. Returns the decision taken."""
         pending = self._observe(timeout_s)
         if not self._state.is_terminal:
-            self._tend_standbys()
+            try:
+                self._tend_standbys(starting_allowed=not pending)
+            except Exception as exc:  # standby housekeeping must never fail the group: try again next pass
+                log.warning("standby_tending_failed", group=self.group.name, error=first_line(exc))
         if self._state.is_terminal or not pending:
             return Decision(DecisionKind.NOOP)
         by_rank: dict[int, _Pending] = {}
@@ -646,8 +649,9 @@ class GroupSupervisor:
             group.replace_worker(rank)
 
     # -- standbys -------------------------------------------------------------------------------
-    def _tend_standbys(self) -> None:
-        """Learn which standbys became ready or died, and start missing ones in free, placed bundles."""
+    def _tend_standbys(self, starting_allowed: bool = True) -> None:
+        """Learn which standbys became ready or died, and start missing ones in free, placed bundles
+        (not while ranks wait to be replaced: a free spare is theirs first)."""
         import ray
 
         wanted = self.config.standbys
@@ -658,7 +662,7 @@ class GroupSupervisor:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in ready:
                 self._on_standby_ref(ref)
-        if self._state is not GroupState.RUNNING or self.clock() < self._next_standby_check:
+        if not starting_allowed or self._state is not GroupState.RUNNING or self.clock() < self._next_standby_check:
             return
         self._next_standby_check = self.clock() + self.config.standby_check_s
         missing = wanted - len(self.group.standbys)

@@ -222,6 +222,9 @@ class Worker(WorkerHelper):
         os.environ.pop(STANDBY_ENV_KEY, None)
         os.environ.update(env)
         self._read_identity()
+        for role in getattr(self, "worker_dict", {}).values():  # colocated roles share this process's identity
+            if isinstance(role, Worker):
+                role._read_identity()
         return self.node_info()
 
     def _supervisor_probe(self) -> dict[str, Any]:

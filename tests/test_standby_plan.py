@@ -83,3 +83,9 @@ def test_capacity_factor_is_checked_and_names_the_spare_group():
         with pytest.raises(ConfigError, match="capacity_factor must be a number >= 1.0"):
             check_capacity_factor(bad)
     assert spare_placement_group_name("sup.pool", [4, 4], 2) == "sup.pool:pg4_4:spare2"
+
+
+def test_a_standby_on_a_lost_node_is_not_planned():
+    placed = {S1: "b"}  # the ranks' node and S0's node are gone
+    assert plan_replacements([0], {0: R0}, placed, {S0: "a", S1: "b"}, []) == [Replacement(0, STANDBY, S1)]
+    assert plan_replacements([0], {0: R0}, {BundleRef(1, 2): "b"}, {S0: "a"}, [BundleRef(1, 2)]) == [Replacement(0, SPARE, BundleRef(1, 2))]
