@@ -86,15 +86,16 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
 
 
 @contextlib.contextmanager
-def _connected(address: str | None) -> Iterator[None]:
-    """Connect to the cluster for one command; any failure to reach it is one line and exit 1."""
+def _connected(address: str | None, auth_token_path: Any = None) -> Iterator[None]:
+    """Connect to the cluster for one command; any failure to reach it (a missing or wrong token
+    too) is one line and exit 1."""
     import ray
 
     from .cluster import connect, resolve_address
     from .errors import ClusterUnavailableError
 
     try:
-        connect(resolve_address(address), logging_level="ERROR")
+        connect(resolve_address(address), auth_token_path, logging_level="ERROR")
     except ClusterUnavailableError as exc:
         raise click.ClickException(str(exc)) from None
     try:
@@ -219,7 +220,7 @@ def doctor(spec_path: str | None, address: str | None, as_json: bool) -> None:
             for line in str(exc).splitlines():
                 click.echo(f"error: {line}", err=True)
             sys.exit(2)
-    with _connected(address):
+    with _connected(address or (spec.ray.address if spec else None), spec.path(spec.ray.auth_token_path) if spec else None):
         findings = diagnose(gather_facts(spec))
     if as_json:
         click.echo(json.dumps([f.as_dict() for f in findings], indent=2))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
+from .auth import check_access, choose_token, present
 from .errors import ClusterUnavailableError
+from .loopback import LOOPBACK_IP, is_loopback_host, pin_to_loopback
 
 __all__ = ["probe_address", "connect", "resolve_address"]
 
@@ -30,19 +33,28 @@ def probe_address(address: str, timeout_s: float = 3.0) -> None:
         raise ClusterUnavailableError(f"no Ray cluster at {address}: {exc}") from None
 
 
-def connect(address: str, **init_kwargs: Any) -> Any:
-    """``ray.init(address=...)`` after a fast reachability probe; returns Ray's context.
+def connect(address: str, auth_token_path: Path | None = None, **init_kwargs: Any) -> Any:
+    """``ray.init(address=...)`` after a fast reachability and token check; returns Ray's context.
+
+    A cluster on loopback keeps this driver on loopback too, whatever the environment and whenever
+    Ray was imported. The token presented is Ray's own variables' when set, else ``auth_token_path``,
+    else the token of an embedded Ray on this machine at ``address`` (:func:`supervisor.auth.choose_token`).
 
     Raises:
         ClusterUnavailableError: the address is unreachable or Ray refuses the connection.
+        ClusterAuthError: the cluster requires a token and refused this one (or its absence).
     """
+    probe_address(address)
+    if is_loopback_host(address.rpartition(":")[0]):
+        # Else Ray resolves the loopback address to the machine's external one, dials the GCS there,
+        # and this driver listens on every interface.
+        pin_to_loopback()
+        init_kwargs.setdefault("_node_ip_address", LOOPBACK_IP)
+    choice = choose_token(address, auth_token_path)
+    present(choice)
+    check_access(address, choice)
     import ray
 
-    probe_address(address)
-    if address.rpartition(":")[0].strip("[]") in ("127.0.0.1", "localhost", "::1"):
-        # A cluster on loopback: keep this driver's own addresses there too (else Ray advertises the
-        # machine's external IP and the GCS may be dialled on it).
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("log_to_driver", False)
     try:

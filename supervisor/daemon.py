@@ -265,11 +265,13 @@ class Daemon:
         if self.address:
             pythonpath = os.pathsep.join([*paths, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
             # Actors (detached ones too) inherit the job's env_vars: they import user modules from here.
-            connect(self.address, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_kwargs)
+            connect(
+                self.address, self.spec.path(self.spec.ray.auth_token_path), runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_kwargs
+            )
         else:
             from .embedded_ray import EmbeddedRay
 
-            self._embedded = EmbeddedRay(self.spec.ray, paths)
+            self._embedded = EmbeddedRay(self.spec.name, self.spec.ray, paths)
             self.address = self._embedded.start(**init_kwargs)
         self._store = RecordStore()
 
@@ -515,10 +517,15 @@ class Daemon:
         self._write_record()
 
     def _start_metrics(self) -> None:
-        if not self.spec.metrics.enabled:
+        spec = self.spec.metrics
+        if not spec.enabled:
             return
-        self._metrics_server = metrics.serve(self.spec.metrics.port, self.spec.metrics.host)
-        log.info("metrics_serving", address=self._metrics_address())
+        cert, key = self.spec.path(spec.tls_cert), self.spec.path(spec.tls_key)
+        self._metrics_server = metrics.serve(spec.port, spec.host, str(cert) if cert else None, str(key) if key else None)
+        log.info("metrics_serving", address=self._metrics_address(), tls=cert is not None)
+        exposed = metrics.exposure_warning(spec.host, tls=cert is not None)
+        if exposed:
+            log.warning("metrics_exposed_without_tls", host=spec.host, hint=exposed)
 
     def _stop_metrics(self) -> None:
         server, self._metrics_server = self._metrics_server, None

@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from .loopback import is_loopback_host
+
 __all__ = [
     "REGISTRY",
     "LATENCY_BUCKETS",
@@ -33,6 +35,7 @@ __all__ = [
     "BUILD_INFO",
     "DispatchFailure",
     "observe_dispatch",
+    "exposure_warning",
     "serve",
 ]
 
@@ -123,9 +126,17 @@ def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchF
         DISPATCH_FAILURES.labels(group=group, method=method, reason=failure.value).inc()
 
 
-def serve(port: int = 9400, host: str = "127.0.0.1") -> Any:
+def exposure_warning(host: str, tls: bool) -> str | None:
+    """What is wrong with serving plain HTTP on ``host`` (None when it is loopback, or TLS is on)."""
+    if tls or is_loopback_host(host):
+        return None
+    return f"metrics on {host} without TLS: anyone who can reach it reads the job's metrics; set metrics.tls_cert and tls_key, or host = 127.0.0.1"
+
+
+def serve(port: int = 9400, host: str = "127.0.0.1", certfile: str | None = None, keyfile: str | None = None) -> Any:
     """Serve these metrics on ``http://host:port/metrics`` from a background thread (one call, for a
-    trainer that drives groups without the daemon). ``port=0`` picks a free port.
+    trainer that drives groups without the daemon). ``port=0`` picks a free port. With ``certfile``
+    and ``keyfile`` (PEM) it serves HTTPS only, for scrapers on other hosts.
 
     Returns:
         The HTTP server: ``server.server_port`` is the port, ``server.shutdown()`` stops it.
@@ -136,5 +147,5 @@ def serve(port: int = 9400, host: str = "127.0.0.1") -> Any:
     from . import __version__
 
     BUILD_INFO.labels(version=__version__, ray_version=ray.__version__).set(1)
-    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY, certfile=certfile, keyfile=keyfile)
     return server

@@ -7,10 +7,10 @@ rollout)``). Nothing here touches Ray, so a bad spec never creates anything in a
 Layout (every field and its default is in the README)::
 
     [supervisor]            name, heartbeat_interval_s, orphan_grace_s
-    [ray]                   address | local_nodes, num_cpus, num_gpus, resources; python_path
+    [ray]                   address, auth_token_path | local_nodes, num_cpus, num_gpus, resources; python_path
     [pools.NAME]            process_on_nodes, use_gpu, max_colocate_count, strategy, resource_timeout_s, ...
     [groups.NAME]           pool, class, args, kwargs, env, init_*, restart_*, probe_*, in_flight, shutdown_*
-    [metrics]               host, port
+    [metrics]               host, port, linger_s, tls_cert, tls_key
     [driver]                function, args
 """
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .auth import token_file_problem
 from .budget import WorkerBudget, bundle_misfits
 from .errors import ConfigError, first_line
 from .init_policy import InitPolicy
@@ -108,6 +109,9 @@ class RaySpec:
     num_gpus: int = 0  # per local node (declared; scheduled like real ones)
     resources: dict[str, float] = field(default_factory=dict)  # extra custom resources per local node
     python_path: list[str] = field(default_factory=list)  # dirs (relative to the spec) workers import from
+    # The token of an existing cluster with token authentication (relative to the spec). Ray's own
+    # RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH win when set; an embedded Ray always makes its own token.
+    auth_token_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,8 @@ class MetricsSpec:
     host: str = "127.0.0.1"
     port: int = 9400
     linger_s: float = 30.0  # after a failed exit, keep /metrics up this long so the failure is scraped
+    tls_cert: str | None = None  # PEM certificate (relative to the spec): serve HTTPS, for scrapers on other hosts
+    tls_key: str | None = None  # its PEM private key
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,10 @@ class SupervisorSpec:
         """Absolute directories workers and the driver import user code from (cwd first, as ``python -m``)."""
         dirs = [os.getcwd(), *(str((self.base_dir / p).resolve()) for p in self.ray.python_path)]
         return list(dict.fromkeys(dirs))
+
+    def path(self, relative: str | None) -> Path | None:
+        """A path the spec gives, relative to the spec file's directory."""
+        return (self.base_dir / relative).resolve() if relative is not None else None
 
     def worker_budgets(self) -> list[WorkerBudget]:
         return [g.worker_budget(name, self.pools[g.pool]) for name, g in self.groups.items() if g.pool in self.pools]
@@ -534,7 +544,18 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
         if group.init_kwargs and not group.init_method:
             problems.append(f"{path}.init_kwargs: given without init_method")
         check(f"{path}.env", lambda g=group: _check_env(g.env))
+    if spec.ray.auth_token_path is not None:
+        problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]
+        if problem:
+            problems.append(f"ray.auth_token_path: {problem}")
     positive("metrics.linger_s", spec.metrics.linger_s, allow_zero=True)
+    tls = {key: getattr(spec.metrics, key) for key in ("tls_cert", "tls_key")}
+    if (tls["tls_cert"] is None) != (tls["tls_key"] is None):
+        given, missing = ("tls_cert", "tls_key") if tls["tls_key"] is None else ("tls_key", "tls_cert")
+        problems.append(f"metrics.{missing}: required with metrics.{given} (HTTPS needs both)")
+    for key, value in tls.items():
+        if value is not None and not spec.path(value).is_file():  # type: ignore[union-attr]
+            problems.append(f"metrics.{key}: no such file: {spec.path(value)}")
     if not 0 <= spec.metrics.port <= 65535:
         problems.append(f"metrics.port: must be 0..65535, got {spec.metrics.port}")
     if spec.driver is not None and raw["driver"]:

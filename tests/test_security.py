@@ -1,0 +1,325 @@
+"""What the embedded Ray and the exporter expose, against real processes: every listener of the
+README's main job on loopback inside a network namespace that has an address of its own, token
+authentication of the embedded Ray (and the commands on this machine that find its token), joining a
+token cluster with ``[ray] auth_token_path``, and the metrics exporter over TLS.
+
+No test here relies on ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``: each subprocess runs without it, as a
+user's shell would.
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import ssl
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from daemon_harness import BIN, TESTS_DIR
+
+from supervisor.auth import RUNTIME_DIR_ENV
+from supervisor.loopback import LOOPBACK_ENV
+
+REPO = TESTS_DIR.parent
+TEST_HOST_IP = "10.99.0.1"  # the namespace's own address: what Ray's address discovery finds there
+# A namespace with only `lo`, given a second, non-loopback address and a default route through it, so
+# that an address picked "from the outside" is TEST_HOST_IP. No packet leaves it.
+NETNS_SETUP = f"ip link set lo up && ip addr add {TEST_HOST_IP}/32 dev lo && ip route add default dev lo src {TEST_HOST_IP}"
+# A user's shell: neither the loopback variable nor any of Ray's token variables.
+USER_ENV = {k: v for k, v in os.environ.items() if k != LOOPBACK_ENV and not k.startswith("RAY_AUTH")}
+
+
+def _netns_unavailable() -> str | None:
+    for tool in ("unshare", "nsenter", "ip", "ss"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    probe = subprocess.run(["unshare", "-n", "sh", "-c", NETNS_SETUP], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot make a private network namespace here (unshare -n needs root): {probe.stderr.strip()}"
+    return None
+
+
+def _listen_addresses(pid: int) -> set[str]:
+    """The local address of every TCP listener in the network namespace of ``pid``."""
+    out = subprocess.run(["nsenter", "-t", str(pid), "-n", "ss", "-ltnH"], capture_output=True, text=True).stdout
+    return {line.split()[3] for line in out.splitlines() if len(line.split()) >= 4}
+
+
+def _on_loopback(local: str) -> bool:
+    host = local.rpartition(":")[0].strip("[]")
+    if host in ("*", ""):
+        return False
+    ip = ipaddress.ip_address(host.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def test_listener_addresses_are_judged_right():
+    assert _on_loopback("127.0.0.1:80") and _on_loopback("[::1]:80") and _on_loopback("[::ffff:127.0.0.1]:80")
+    assert not any(_on_loopback(a) for a in ("0.0.0.0:80", "*:80", "[::]:80", f"{TEST_HOST_IP}:80", "[::ffff:10.99.0.1]:80"))
+
+
+def test_the_example_job_listens_on_loopback_only(tmp_path):
+    """`supervisor start examples/rlhf/rlhf.toml` from a user's shell, in a namespace with an address of its own."""
+    reason = _netns_unavailable()
+    if reason:
+        pytest.skip(reason)
+    log = tmp_path / "daemon.log"
+    command = f"{NETNS_SETUP} && exec {BIN / 'supervisor'} start examples/rlhf/rlhf.toml --log-json"
+    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp_path / "run")}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["unshare", "-n", "sh", "-c", command], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    seen: set[str] = set()
+    try:
+        # The namespace is one where Ray, left to itself, would pick the test-host address (so the
+        # assertion below is not true for want of any other address).
+        discovered = subprocess.run(
+            ["nsenter", "-t", str(proc.pid), "-n", sys.executable, "-c",
+             "from ray._common.network_utils import node_ip_address_from_perspective as f; print(f())"],
+            env=USER_ENV, capture_output=True, text=True, timeout=60,
+        ).stdout.strip()  # fmt: skip
+        assert discovered == TEST_HOST_IP
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen |= _listen_addresses(proc.pid)
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert [e["run_steps"] for e in events if e["event"] == "rlhf_done"] == [20]
+    # GCS, 2 raylets with their object managers and agents, 6 workers, the KV actor, the daemon and
+    # its exporter: far more than this many, on a run that really used the cluster.
+    assert len(seen) >= 15, seen
+    assert sorted(a for a in seen if not _on_loopback(a)) == []
+    (started,) = [e for e in events if e["event"] == "embedded_ray_started"]
+    assert started["address"].startswith("127.0.0.1:")
+    assert not Path(started["auth_token_path"]).exists(), "the token file outlived the embedded Ray"
+
+
+# -- token authentication ----------------------------------------------------------------------
+
+TOKEN_SPEC = """
+[supervisor]
+name = "{name}"
+heartbeat_interval_s = 0.5
+[ray]
+{ray}
+python_path = ["{tests}"]
+[pools.p]
+process_on_nodes = [1]
+use_gpu = false
+[groups.counters]
+pool = "p"
+class = "workers:CounterWorker"
+probe_period_s = 1.0
+[metrics]
+port = 0
+linger_s = 0
+{metrics}
+"""
+
+
+def _write_spec(tmp_path: Path, name: str, ray: str = "num_cpus = 4", metrics: str = "") -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(textwrap.dedent(TOKEN_SPEC).format(name=name, ray=ray, tests=TESTS_DIR, metrics=metrics))
+    return path
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (PEM)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ray-supervisor test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def _events(log: Path) -> list[dict]:
+    out = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def _wait_for_event(proc: subprocess.Popen, log: Path, event: str, timeout_s: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [e for e in _events(log) if e.get("event") == event]
+        if found:
+            return found[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {proc.returncode} before {event}: {log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    raise AssertionError(f"no {event} after {timeout_s}s: {log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
+class EmbeddedDaemon:
+    def __init__(self, proc: subprocess.Popen, log: Path, env: dict[str, str], name: str, address: str, token: Path, metrics: str, cert: Path):
+        self.proc, self.log, self.env, self.name = proc, log, env, name
+        self.address, self.token, self.metrics, self.cert = address, token, metrics, cert
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    """A daemon on its own embedded Ray (token auth on), started from a user's shell, metrics over TLS."""
+    tmp = tmp_path_factory.mktemp("embedded")
+    cert, key = _self_signed(tmp)
+    spec = _write_spec(tmp, "sv-token", metrics=f'tls_cert = "{cert}"\ntls_key = "{key}"')
+    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp / "run")}
+    log = tmp / "daemon.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "supervisor"), "start", str(spec), "--log-json"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        started = _wait_for_event(proc, log, "embedded_ray_started")
+        running = _wait_for_event(proc, log, "supervisor_running")
+        yield EmbeddedDaemon(proc, log, env, "sv-token", started["address"], Path(started["auth_token_path"]), running["metrics"], cert)
+    finally:
+        _stop(proc)
+
+
+def _run(args: list[str], env: dict[str, str], timeout_s: float = 90.0) -> subprocess.CompletedProcess:
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def _supervisor(embedded: EmbeddedDaemon, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return _run([str(BIN / "supervisor"), *args], {**embedded.env, **env})
+
+
+def _ray_driver(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    code = f"import ray; ray.init(address={address!r}); print('connected', ray.cluster_resources()['CPU'])"
+    # A plain Ray driver needs the loopback variable to dial a loopback GCS at all. Three connection
+    # attempts instead of Ray's twenty.
+    return _run([sys.executable, "-c", code], {**env, LOOPBACK_ENV: "0", "RAY_gcs_server_port_wait_time_s": "3"})
+
+
+def test_the_embedded_token_is_fresh_and_private(embedded):
+    assert embedded.token.parent.parent == Path(embedded.env[RUNTIME_DIR_ENV])
+    assert stat.S_IMODE(os.stat(embedded.token).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(embedded.token.parent).st_mode) == 0o700
+    token = embedded.token.read_text()
+    assert len(token) == 64 and int(token, 16)
+
+
+def test_a_driver_without_the_token_is_refused(embedded):
+    refused = _ray_driver(embedded.address, USER_ENV)
+    assert refused.returncode != 0 and "connected" not in refused.stdout
+    assert "Authentication token is missing or incorrect" in refused.stderr
+    wrong = _ray_driver(embedded.address, {**USER_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64})
+    assert wrong.returncode != 0 and "Authentication token is missing or incorrect" in wrong.stderr
+    # The same driver with the token gets in: the refusals above were about the token.
+    allowed = _ray_driver(embedded.address, {**USER_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(embedded.token)})
+    assert allowed.returncode == 0 and allowed.stdout.startswith("connected 4.0"), allowed.stderr[-2000:]
+
+
+def test_commands_on_this_machine_find_the_token(embedded):
+    status = _supervisor(embedded, "status")
+    assert status.returncode == 0 and "sv-token" in status.stdout, status.stderr
+    listed = _supervisor(embedded, "list", "--json")
+    assert listed.returncode == 0 and [r["name"] for r in json.loads(listed.stdout)] == ["sv-token"], listed.stderr
+    doctor = _supervisor(embedded, "doctor", "--json")
+    assert doctor.returncode in (0, 1) and isinstance(json.loads(doctor.stdout), list), doctor.stderr
+    collected = _supervisor(embedded, "gc", "--dry-run")
+    assert collected.returncode == 0 and "nothing to collect" in collected.stdout, collected.stderr
+
+
+def test_a_wrong_or_missing_token_is_one_line_and_exit_1(embedded, tmp_path):
+    wrong = _supervisor(embedded, "status", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip().splitlines() == [f"Error: the Ray cluster at {embedded.address} refused the token from Ray's RAY_AUTH_MODE, RAY_AUTH_TOKEN"]
+    # Another user's runtime directory (or none): nothing on this machine names the token.
+    missing = _supervisor(embedded, "status", **{RUNTIME_DIR_ENV: str(tmp_path / "elsewhere")})
+    assert missing.returncode == 1
+    (line,) = missing.stderr.strip().splitlines()
+    assert line.startswith(f"Error: the Ray cluster at {embedded.address} requires a token and none was given: set RAY_AUTH_TOKEN_PATH")
+
+
+def test_a_daemon_joins_a_token_cluster_with_auth_token_path(embedded, tmp_path):
+    # Its own runtime directory, so that only the spec can give it the token.
+    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp_path / "run")}
+    copy = tmp_path / "cluster-token"
+    shutil.copy(embedded.token, copy)
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("0" * 64)
+    for token, refusal in [(None, "requires a token and none was given"), (wrong, f"refused the token from the token file {wrong}")]:
+        ray = f'address = "{embedded.address}"' + (f'\nauth_token_path = "{token}"' if token else "")
+        result = _run([str(BIN / "supervisor"), "start", str(_write_spec(tmp_path, "sv-refused", ray=ray)), "--log-json"], env)
+        assert result.returncode == 1
+        (failed,) = [e for e in map(json.loads, filter(lambda s: s.startswith("{"), result.stderr.splitlines())) if e["event"] == "daemon_not_started"]
+        assert refusal in failed["error"]
+    log = tmp_path / "joiner.log"
+    spec = _write_spec(tmp_path, "sv-joiner", ray=f'address = "{embedded.address}"\nauth_token_path = "{copy.name}"')
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "supervisor"), "start", str(spec), "--log-json"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_event(proc, log, "supervisor_running")
+        status = _supervisor(embedded, "status", "sv-joiner")
+        assert status.returncode == 0 and "sv-joiner" in status.stdout
+    finally:
+        _stop(proc)
+    assert proc.returncode == 0
+
+
+def test_metrics_over_tls(embedded):
+    context = ssl.create_default_context(cafile=str(embedded.cert))
+    with urllib.request.urlopen(f"https://{embedded.metrics}/metrics", context=context, timeout=10) as response:
+        assert response.status == 200 and "supervisor_build_info" in response.read().decode()
+    host, port = embedded.metrics.rsplit(":", 1)
+    plain = http.client.HTTPConnection(host, int(port), timeout=10)
+    with pytest.raises((OSError, http.client.HTTPException)):
+        plain.request("GET", "/metrics")
+        plain.getresponse().read()
+    plain.close()
+
+
+def test_stop_finds_the_token_and_the_runtime_directory_goes_with_the_embedded_ray(embedded):
+    stopped = _supervisor(embedded, "stop", "sv-token")
+    assert stopped.returncode == 0, stopped.stderr
+    assert embedded.proc.wait(60) == 0
+    assert not embedded.token.parent.exists()
