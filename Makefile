@@ -7,9 +7,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+# verl's sources, read (never imported) by tests/test_compat_verl.py, which pins our signatures to verl's.
+VERL_VERSION ?= 0.9.1
+VERL_SRC ?= $(VENV)/verl_src
 
-.PHONY: setup tools run quickstart test lint clean
+.PHONY: setup tools verl-src run quickstart test lint clean
 
 setup: $(VENV)/.installed
 
@@ -34,8 +36,15 @@ tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; status=$$?; \
 		[ $$created = 1 ] && rm -f /usr/sbin/policy-rc.d; exit $$status; }
 
-test: setup tools
-	$(BIN)/python -m pytest -q
+verl-src: $(VERL_SRC)/verl/protocol.py
+
+$(VERL_SRC)/verl/protocol.py: | setup
+	rm -rf $(VERL_SRC) && mkdir -p $(VERL_SRC)
+	$(BIN)/python -m pip download --quiet "verl==$(VERL_VERSION)" --no-deps --no-binary :all: -d $(VERL_SRC)
+	tar xzf $(VERL_SRC)/verl-$(VERL_VERSION).tar.gz -C $(VERL_SRC) --strip-components=1
+
+test: setup tools verl-src
+	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q
 
 lint: setup
 	$(BIN)/python -m ruff check supervisor tests examples dashboards chaos bench

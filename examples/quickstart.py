@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on 127.0.0.1
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before `import ray`: keeps every Ray address on 127.0.0.1
 
 import numpy as np
 import ray

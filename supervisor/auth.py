@@ -99,21 +99,29 @@ class RuntimeDir:
 
     @classmethod
     def create(cls, name: str) -> RuntimeDir:
-        """A new directory (0700) holding a fresh 256-bit token (0600)."""
-        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=runtime_root()))
+        """A new directory (0700) holding a fresh 256-bit token (0600). Directories of daemons that
+        died without stopping (SIGKILL: their embedded Ray died with them) are removed first."""
+        root = runtime_root()
+        _remove_dead(root)
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+        runtime = cls(path)
         try:
-            fd = os.open(path / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            runtime._write_cluster_file({"pid": os.getpid()})
+            fd = os.open(runtime.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
         except BaseException:
-            shutil.rmtree(path, ignore_errors=True)
+            runtime.remove()
             raise
-        return cls(path)
+        return runtime
 
     def publish(self, address: str) -> None:
         """Record the address of the cluster this token opens (what :func:`find_local_token` matches)."""
+        self._write_cluster_file({"address": address, "pid": os.getpid()})
+
+    def _write_cluster_file(self, content: dict[str, object]) -> None:
         tmp = self.path / f".{CLUSTER_FILE}.tmp"
-        tmp.write_text(json.dumps({"address": address, "pid": os.getpid()}))
+        tmp.write_text(json.dumps(content))
         tmp.replace(self.path / CLUSTER_FILE)
 
     def remove(self) -> None:
@@ -136,6 +144,16 @@ def find_local_token(address: str) -> Path | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not published yet, or not ours: never fatal for a command
     return None
+
+
+def _remove_dead(root: Path) -> None:
+    for entry in root.iterdir():
+        try:
+            pid = int(json.loads((entry / CLUSTER_FILE).read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being created right now, or not one of ours
+        if not _pid_alive(pid):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _same_address(a: str, b: str) -> bool:
@@ -167,7 +185,11 @@ def choose_token(address: str, auth_token_path: Path | None = None) -> TokenChoi
     """The token to present to the cluster at ``address`` (see the module docstring for the order)."""
     given = [name for name in AUTH_ENV_VARS if os.environ.get(name)]
     if given:
-        return TokenChoice(None, f"Ray's {', '.join(given)}")
+        mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+        # A token variable without a mode switches token mode on (see present); a mode other than
+        # "token" sends nothing.
+        sends = mode == "token" or (not mode and given != ["RAY_AUTH_MODE"])
+        return TokenChoice(None, f"Ray's {', '.join(given)}", given=sends)
     if auth_token_path is not None:
         return TokenChoice(auth_token_path, f"the token file {auth_token_path}")
     local = find_local_token(address)
@@ -233,7 +255,7 @@ def token_file_problem(path: Path) -> str | None:
 
 
 def check_access(address: str, choice: TokenChoice) -> None:
-    """One GCS request with this process's token: fails in about a second when the token is refused.
+    """One GCS request with this process's token: fails within milliseconds when the token is refused.
 
     Raises:
         ClusterAuthError: the cluster requires a token and refused this one (or its absence).

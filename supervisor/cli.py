@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -86,7 +87,7 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
 
 
 @contextlib.contextmanager
-def _connected(address: str | None, auth_token_path: Any = None) -> Iterator[None]:
+def _connected(address: str | None, auth_token_path: Path | None = None) -> Iterator[None]:
     """Connect to the cluster for one command; any failure to reach it (a missing or wrong token
     too) is one line and exit 1."""
     import ray
@@ -220,7 +221,9 @@ def doctor(spec_path: str | None, address: str | None, as_json: bool) -> None:
             for line in str(exc).splitlines():
                 click.echo(f"error: {line}", err=True)
             sys.exit(2)
-    with _connected(address or (spec.ray.address if spec else None), spec.path(spec.ray.auth_token_path) if spec else None):
+    # The cluster as `start` would pick it: --address, $RAY_ADDRESS, the spec's; else the local one.
+    address = address or os.environ.get("RAY_ADDRESS") or (spec.ray.address if spec else None)
+    with _connected(address, spec.path(spec.ray.auth_token_path) if spec else None):
         findings = diagnose(gather_facts(spec))
     if as_json:
         click.echo(json.dumps([f.as_dict() for f in findings], indent=2))

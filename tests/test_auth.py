@@ -93,9 +93,16 @@ def test_a_published_token_is_found_by_address_while_its_daemon_lives(runtime):
     assert find_local_token("127.0.0.1:6380") is None
     assert find_local_token("10.0.0.5:6379") is None
     # A daemon that was SIGKILLed left its directory: its cluster died with it.
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    (rd.path / "cluster.json").write_text(json.dumps({"address": "127.0.0.1:6379", "pid": int(dead.stdout)}))
+    (rd.path / "cluster.json").write_text(json.dumps({"address": "127.0.0.1:6379", "pid": _dead_pid()}))
     assert find_local_token("127.0.0.1:6379") is None
+    # ...and the next daemon to start removes it.
+    fresh = RuntimeDir.create("sv")
+    assert not rd.path.exists() and fresh.path.exists()
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    return int(done.stdout)
 
 
 def test_choose_token_order(runtime, monkeypatch, tmp_path):
@@ -115,6 +122,11 @@ def test_choose_token_order(runtime, monkeypatch, tmp_path):
     os.environ["RAY_AUTH_TOKEN"] = "x" * 64
     env = choose_token("127.0.0.1:7000", spec_token)
     assert env.path is None and env.given and "RAY_AUTH_TOKEN" in env.source  # Ray's own variables win
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # Ray then sends nothing, whatever the token variables say
+    assert not choose_token("127.0.0.1:7000").given
+    del os.environ["RAY_AUTH_TOKEN"]
+    os.environ["RAY_AUTH_MODE"] = "token"  # Ray then reads ~/.ray/auth_token
+    assert choose_token("127.0.0.1:7000").given
 
 
 def test_present_switches_token_mode_on_for_rays_own_token_variable(runtime, tmp_path):

@@ -3,8 +3,9 @@
 What is checked:
 
 * signatures of the verl API a program touches (constructors, ``from_detached``, ``register``...): pinned
-  to verl's here (runs everywhere), and compared with verl's own source when it is unpacked at
-  ``$VERL_SRC`` (default ``/tmp/verl_src``; the comparison is skipped when it is not there);
+  to verl's here (runs everywhere), and compared with verl's own source, unpacked at ``$VERL_SRC``
+  (``make test`` fetches verl's source distribution into ``.venv/verl_src`` first; a bare ``pytest``
+  without it skips the comparison and says how to get it);
 * every name verl exports from the mirrored modules is importable from the compat path, except the
   ones listed below;
 * verl-style programs on a real two-node cluster: dispatch/execute modes with DataProto auto padding,
@@ -67,7 +68,7 @@ from supervisor.compat.verl.single_controller.ray import (
 )
 from supervisor.compat.verl.single_controller.ray.base import merge_resource_pool, split_resource_pool
 
-VERL_SRC = Path(os.environ.get("VERL_SRC", "/tmp/verl_src")) / "verl"
+VERL_SRC = Path(os.environ.get("VERL_SRC", Path(__file__).resolve().parent.parent / ".venv" / "verl_src")) / "verl"
 COMPAT = "supervisor.compat."
 
 # -- the verl surface -------------------------------------------------------------------------------
@@ -402,7 +403,7 @@ def our_params(obj: Any) -> list[Param]:
 def _verl_tree(relpath: str) -> ast.Module:
     path = VERL_SRC / relpath
     if not path.is_file():
-        pytest.skip(f"verl source not found at {path} (set VERL_SRC to a checkout to compare)")
+        pytest.skip(f"verl source not found at {path} (`make verl-src` fetches it; or set VERL_SRC to a checkout)")
     return ast.parse(path.read_text())
 
 

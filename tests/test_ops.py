@@ -287,6 +287,17 @@ def test_kuberay_manifests() -> None:
     assert [p["port"] for p in service["spec"]["ports"]] == [9400]
     assert service["metadata"]["name"] == JOB  # a ServiceMonitor's job label is the Service's name
 
+    # Token authentication on every Ray process: head, workers and the supervisor's pod, one Secret.
+    ray_containers = [
+        *spec["headGroupSpec"]["template"]["spec"]["containers"],
+        *(c for g in spec["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]),
+        container,
+    ]
+    for c in ray_containers:
+        auth = {e["name"]: e for e in c.get("env", [])}
+        assert auth["RAY_AUTH_MODE"]["value"] == "token", c["name"]
+        assert auth["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "rlhf-ray-auth", "key": "auth_token"}, c["name"]
+
     # The spec in the ConfigMap is valid (classes imported from the repository's examples).
     job = parse_spec(config_map["data"]["job.toml"], source="ConfigMap job.toml", base_dir=ROOT, check_imports=True)
     assert (job.metrics.host, job.metrics.port) == ("0.0.0.0", 9400)

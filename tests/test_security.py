@@ -273,16 +273,17 @@ def test_a_wrong_or_missing_token_is_one_line_and_exit_1(embedded, tmp_path):
     wrong = _supervisor(embedded, "status", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
     assert wrong.returncode == 1
     assert wrong.stderr.strip().splitlines() == [f"Error: the Ray cluster at {embedded.address} refused the token from Ray's RAY_AUTH_MODE, RAY_AUTH_TOKEN"]
-    # Another user's runtime directory (or none): nothing on this machine names the token.
-    missing = _supervisor(embedded, "status", **{RUNTIME_DIR_ENV: str(tmp_path / "elsewhere")})
+    # Another runtime directory and no ~/.ray/auth_token (Ray writes one at any local ray.init()):
+    # nothing on this machine names a token.
+    missing = _supervisor(embedded, "status", **{RUNTIME_DIR_ENV: str(tmp_path / "elsewhere"), "HOME": str(tmp_path)})
     assert missing.returncode == 1
     (line,) = missing.stderr.strip().splitlines()
     assert line.startswith(f"Error: the Ray cluster at {embedded.address} requires a token and none was given: set RAY_AUTH_TOKEN_PATH")
 
 
 def test_a_daemon_joins_a_token_cluster_with_auth_token_path(embedded, tmp_path):
-    # Its own runtime directory, so that only the spec can give it the token.
-    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp_path / "run")}
+    # Its own runtime directory and home, so that only the spec can give it a token.
+    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp_path / "run"), "HOME": str(tmp_path)}
     copy = tmp_path / "cluster-token"
     shutil.copy(embedded.token, copy)
     wrong = tmp_path / "wrong-token"
