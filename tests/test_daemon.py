@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_harness import BIN, ENV, TESTS_DIR, wait_for_record
+from daemon_harness import BIN, ENV, TESTS_DIR, log_events, wait_for_record
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +87,7 @@ class DaemonProcess:
             self._log.flush()
 
     def events(self) -> list[dict]:
-        out = []
-        for line in self.log_path.read_text().splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-        return out
+        return log_events(self.log_path)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from daemon_harness import BIN, TESTS_DIR
+from daemon_harness import BIN, TESTS_DIR, log_events
 
 from supervisor.auth import RUNTIME_DIR_ENV
 from supervisor.loopback import LOOPBACK_ENV
@@ -66,6 +66,17 @@ def _on_loopback(local: str) -> bool:
     return ip.is_loopback
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (the daemon tears down), then SIGKILL if it takes too long."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
 def test_listener_addresses_are_judged_right():
     assert _on_loopback("127.0.0.1:80") and _on_loopback("[::1]:80") and _on_loopback("[::ffff:127.0.0.1]:80")
     assert not any(_on_loopback(a) for a in ("0.0.0.0:80", "*:80", "[::]:80", f"{TEST_HOST_IP}:80", "[::ffff:10.99.0.1]:80"))
@@ -96,14 +107,8 @@ def test_the_example_job_listens_on_loopback_only(tmp_path):
             seen |= _listen_addresses(proc.pid)
             time.sleep(0.5)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-    events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        _stop(proc)
+    events = log_events(log)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert [e["run_steps"] for e in events if e["event"] == "rlhf_done"] == [20]
     # GCS, 2 raylets with their object managers and agents, 6 workers, the KV actor, the daemon and
@@ -167,37 +172,16 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def _events(log: Path) -> list[dict]:
-    out = []
-    for line in log.read_text().splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-    return out
-
-
 def _wait_for_event(proc: subprocess.Popen, log: Path, event: str, timeout_s: float = 120.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = [e for e in _events(log) if e.get("event") == event]
+        found = [e for e in log_events(log) if e.get("event") == event]
         if found:
             return found[0]
         if proc.poll() is not None:
             raise AssertionError(f"daemon exited with {proc.returncode} before {event}: {log.read_text()[-3000:]}")
         time.sleep(0.2)
     raise AssertionError(f"no {event} after {timeout_s}s: {log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
 
 
 class EmbeddedDaemon:
