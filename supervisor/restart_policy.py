@@ -18,7 +18,10 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["RestartStrategy", "FailureReason", "RestartPolicy", "Failure", "RestartRecord", "Decision", "DecisionKind", "decide"]
+__all__ = [
+    "RestartStrategy", "FailureReason", "RestartPolicy", "Failure", "RestartRecord", "Decision", "DecisionKind",
+    "decide", "restarts_in_window", "budget_allows",
+]  # fmt: skip
 
 
 class RestartStrategy(enum.Enum):
@@ -107,6 +110,17 @@ class Decision:
     message: str = ""
 
 
+def restarts_in_window(history: Sequence[RestartRecord], policy: RestartPolicy, now: float) -> int:
+    """Restarts of ``history`` inside the sliding window that ends at ``now``."""
+    window_start = now - policy.restart_window_s
+    return sum(1 for r in history if r.at >= window_start)
+
+
+def budget_allows(history: Sequence[RestartRecord], restarts: int, policy: RestartPolicy, now: float) -> bool:
+    """Whether ``restarts`` more restarts fit the budget (``max_restarts`` within the window)."""
+    return restarts_in_window(history, policy, now) + restarts <= policy.max_restarts
+
+
 def _consecutive(history: Sequence[RestartRecord], rank: int, window_start: float) -> int:
     return sum(1 for r in history if r.rank == rank and r.at >= window_start)
 
@@ -131,8 +145,8 @@ def decide(
         return Decision(DecisionKind.NOOP)
     by_rank = {f.rank: f for f in failures}
     window_start = now - policy.restart_window_s
-    in_window = sum(1 for r in history if r.at >= window_start)
-    if in_window + len(by_rank) > policy.max_restarts:
+    in_window = restarts_in_window(history, policy, now)
+    if not budget_allows(history, len(by_rank), policy, now):
         causes = "; ".join(
             f"rank {f.rank} {f.reason.value}" + (f" ({f.detail})" if f.detail else "") for f in sorted(by_rank.values(), key=lambda f: f.rank)
         )

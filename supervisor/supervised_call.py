@@ -69,69 +69,139 @@ def run_supervised(
     policy: InFlightPolicy,
     call_timeout_s: float | None,
     poll_s: float = 0.25,
+    unavailable_timeout_s: float | None = None,
 ) -> list[Any]:
     """Run ``method_name`` on the ranks of ``per_rank`` and return their results in rank order.
+
+    Each rank's shard is timed on its own, from its submission (to the rank, or to its replacement):
+    time spent waiting for a replacement never counts, and a rank whose result is in is never declared
+    hung. While one rank waits for its replacement, the others' results are collected and their
+    timeouts keep running. A rank that Ray reports unavailable (unreachable, not known dead) is asked
+    again for up to ``unavailable_timeout_s`` (default: the supervisor's ``probe_timeout_s``), after
+    which it is hung.
 
     Raises:
         WorkerFailedError: a rank failed and ``policy`` is RAISE.
         GroupFailedError: a rank failed, ``policy`` is RETRY, and the group failed instead of replacing it.
         Exception: whatever the method itself raised (RayTaskError), unchanged.
     """
-    import ray
-
     from .supervision import InFlightPolicy
 
-    def submit(rank: int) -> tuple[Any, int, float]:
-        generation, actor = supervisor.acquire(rank)  # waits out a recovery; raises if the group failed
-        args, kwargs = per_rank[rank]
-        return group._remote(actor, method_name, args, kwargs), generation, time.monotonic()
+    return _SupervisedCall(
+        group, supervisor, method_name, per_rank, call_timeout_s, poll_s,
+        supervisor.config.probe_timeout_s if unavailable_timeout_s is None else unavailable_timeout_s,
+        retry=policy is InFlightPolicy.RETRY,
+    ).run()  # fmt: skip
 
-    pending: dict[Any, tuple[int, int, float]] = {}
-    for rank in per_rank:
-        ref, gen, started = submit(rank)
-        pending[ref] = (rank, gen, started)
-    results: dict[int, Any] = {}
-    failed: dict[int, str] = {}
 
-    def rank_failed(rank: int, generation: int, reason: FailureReason, cause: str) -> None:
-        node = supervisor.ranks()[rank].node_id
-        supervisor.report_failure(rank, generation, reason, cause)
-        if policy is InFlightPolicy.RAISE:
-            failed[rank] = f"{reason.value} on node {node or '?'}: {cause}"
+class _SupervisedCall:
+    """One blocking call: shards in flight, ranks waiting for their replacement, results."""
+
+    def __init__(
+        self, group: WorkerGroup, supervisor: GroupSupervisor, method_name: str, per_rank: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
+        call_timeout_s: float | None, poll_s: float, unavailable_timeout_s: float, retry: bool,
+    ) -> None:  # fmt: skip
+        self.group, self.supervisor, self.method_name, self.per_rank = group, supervisor, method_name, per_rank
+        self.call_timeout_s, self.poll_s, self.unavailable_timeout_s, self.retry = call_timeout_s, poll_s, unavailable_timeout_s, retry
+        self.in_flight: dict[Any, tuple[int, int, float]] = {}  # ref -> (rank, generation, submitted at)
+        self.awaiting: dict[int, tuple[int, FailureReason, float]] = {}  # rank -> (failed generation, why, since)
+        self.unavailable_since: dict[int, float] = {}  # rank -> first "unavailable" answer of this call
+        self.results: dict[int, Any] = {}
+        self.failed: dict[int, str] = {}
+
+    def run(self) -> list[Any]:
+        import ray
+
+        for rank in self.per_rank:
+            self._submit(rank, *self.supervisor.acquire(rank))  # waits out a recovery; raises if the group failed
+        while self.in_flight or self.awaiting:
+            self._resubmit_replaced()
+            if not self.in_flight:
+                self._wait_for_a_replacement()
+                continue
+            ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=self._wait_s())
+            for ref in ready:
+                self._collect(ref)
+            self._judge_timeouts()
+        if self.failed:
+            raise WorkerFailedError(self.method_name, self.failed, self.results)
+        return [self.results[r] for r in sorted(self.per_rank)]
+
+    def _submit(self, rank: int, generation: int, actor: Any) -> None:
+        args, kwargs = self.per_rank[rank]
+        self.in_flight[self.group._remote(actor, self.method_name, args, kwargs)] = (rank, generation, time.monotonic())
+
+    def _wait_s(self) -> float:
+        if self.call_timeout_s is None:
+            return self.poll_s
+        oldest = min(submitted for _, _, submitted in self.in_flight.values())
+        return max(0.0, min(self.poll_s, oldest + self.call_timeout_s - time.monotonic()))
+
+    def _collect(self, ref: Any) -> None:
+        import ray
+
+        rank, generation, _ = self.in_flight.pop(ref)
+        try:
+            self.results[rank] = ray.get(ref)
+            self.unavailable_since.pop(rank, None)
+        except ray.exceptions.ActorUnavailableError as exc:
+            self._unavailable(rank, generation, first_line(exc))
+        except ray.exceptions.RayActorError as exc:
+            self._rank_failed(rank, generation, FailureReason.DIED, first_line(exc))
+
+    def _unavailable(self, rank: int, generation: int, cause: str) -> None:
+        # Unreachable for now, maybe not dead (a partition, a busy raylet): ask again, for a while.
+        if not self.retry:
+            self.failed[rank] = f"unavailable: {cause}"  # the shard may have run: it is not re-run
             return
-        waited = time.monotonic()
-        supervisor.await_replacement(rank, generation)
-        ref, gen, started = submit(rank)
-        pending[ref] = (rank, gen, started)
-        log.info("call_shard_rerun", group=group.name, method=method_name, rank=rank, reason=reason.value, waited_s=round(time.monotonic() - waited, 3))
+        now = time.monotonic()
+        since = self.unavailable_since.setdefault(rank, now)
+        if now - since >= self.unavailable_timeout_s:
+            self.unavailable_since.pop(rank, None)
+            self._rank_failed(rank, generation, FailureReason.HUNG, f"unavailable for {now - since:.0f}s: {cause}")
+            return
+        time.sleep(self.poll_s)
+        self._submit(rank, *self.supervisor.acquire(rank))
 
-    while pending:
-        wait_s = poll_s
-        if call_timeout_s is not None:
-            oldest = min(started for _, _, started in pending.values())
-            wait_s = max(0.0, min(poll_s, oldest + call_timeout_s - time.monotonic()))
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=wait_s)
-        for ref in ready:
-            rank, gen, _ = pending.pop(ref)
-            try:
-                results[rank] = ray.get(ref)
-            except ray.exceptions.ActorUnavailableError as exc:
-                # Unreachable for now, maybe not dead: never report a death for it.
-                if policy is InFlightPolicy.RAISE:
-                    failed[rank] = f"unavailable: {first_line(exc)}"
-                else:
-                    time.sleep(poll_s)
-                    new_ref, new_gen, started = submit(rank)
-                    pending[new_ref] = (rank, new_gen, started)
-            except ray.exceptions.RayActorError as exc:
-                rank_failed(rank, gen, FailureReason.DIED, first_line(exc))
-        if call_timeout_s is not None:
-            now = time.monotonic()
-            for ref, (rank, gen, started) in list(pending.items()):
-                if now - started > call_timeout_s:
-                    del pending[ref]  # abandoned: the supervisor kills the hung actor
-                    rank_failed(rank, gen, FailureReason.HUNG, f"{method_name} did not answer within {call_timeout_s:g}s")
-    if failed:
-        raise WorkerFailedError(method_name, failed, results)
-    return [results[r] for r in sorted(per_rank)]
+    def _judge_timeouts(self) -> None:
+        import ray
 
+        if self.call_timeout_s is None or not self.in_flight:
+            return
+        now = time.monotonic()
+        late = [ref for ref, (_, _, submitted) in self.in_flight.items() if now - submitted > self.call_timeout_s]
+        if not late:
+            return
+        done, _ = ray.wait(late, num_returns=len(late), timeout=0)  # a result that is in is never a hang
+        for ref in done:
+            self._collect(ref)
+        for ref in set(late) - set(done):
+            rank, generation, _ = self.in_flight.pop(ref)  # abandoned: the supervisor kills the hung actor
+            self._rank_failed(rank, generation, FailureReason.HUNG, f"{self.method_name} did not answer within {self.call_timeout_s:g}s")
+
+    def _rank_failed(self, rank: int, generation: int, reason: FailureReason, cause: str) -> None:
+        node = self.supervisor.ranks()[rank].node_id
+        self.supervisor.report_failure(rank, generation, reason, cause)
+        if not self.retry:
+            self.failed[rank] = f"{reason.value} on node {node or '?'}: {cause}"
+            return
+        self.awaiting[rank] = (generation, reason, time.monotonic())
+
+    def _resubmit_replaced(self) -> None:
+        for rank, (generation, reason, since) in list(self.awaiting.items()):
+            acquired = self.supervisor.try_acquire(rank, newer_than=generation)  # raises if the group failed
+            if acquired is None:
+                continue
+            del self.awaiting[rank]
+            self._submit(rank, *acquired)
+            log.info(
+                "call_shard_rerun", group=self.group.name, method=self.method_name, rank=rank, reason=reason.value,
+                waited_s=round(time.monotonic() - since, 3),
+            )  # fmt: skip
+
+    def _wait_for_a_replacement(self) -> None:
+        rank, (generation, _, _) = next(iter(self.awaiting.items()))
+        try:
+            self.supervisor.await_replacement(rank, generation, timeout_s=self.poll_s)
+        except TimeoutError:
+            pass

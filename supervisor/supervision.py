@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import tenacity
+
 from .cluster_state import read_snapshot
 from .drift import RankPlacement, compute_drift
 from .errors import ConfigError, SupervisorError, first_line, ray_error_line
@@ -39,9 +41,11 @@ from .restart_policy import (
     FailureReason,
     RestartPolicy,
     RestartRecord,
+    budget_allows,
     decide,
 )
 from .standby import BundleRef, Replacement, ReplacementKind, free_bundles, plan_replacements, standby_bundles
+from .transient import is_transient
 from .worker import Worker, arm_sentinel, send_probe
 
 __all__ = [
@@ -193,6 +197,7 @@ class GroupSupervisor:
         self._sentinels: dict[Any, tuple[int, int]] = {}
         self._probes: dict[Any, tuple[int, int, float]] = {}
         self._next_probe: dict[int, float] = {}
+        self._unavailable_since: dict[int, float] = {}  # rank -> first "unavailable" answer in a row
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # Standbys, keyed by bundle: ready ones with their node, starting ones with their readiness call.
@@ -295,12 +300,25 @@ class GroupSupervisor:
         """
         with self._cond:
             while True:
-                if self._state.is_terminal:
-                    raise self._failure or GroupFailedError(f"group {self.group.name} is {self._state.value}")
-                status = self._ranks[rank]
-                if self._state is GroupState.RUNNING and status.state is WorkerState.RUNNING:
-                    return status.generation, self.group.workers[rank]
+                acquired = self.try_acquire(rank)
+                if acquired is not None:
+                    return acquired
                 self._cond.wait(0.5)
+
+    def try_acquire(self, rank: int, newer_than: int = -1) -> tuple[int, Any] | None:
+        """``(generation, actor)`` of ``rank`` when it runs a generation newer than ``newer_than`` and
+        the group is not recovering, else None (never blocks).
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self._cond:
+            if self._state.is_terminal:
+                raise self._failure or GroupFailedError(f"group {self.group.name} is {self._state.value}")
+            status = self._ranks[rank]
+            if self._state is GroupState.RUNNING and status.state is WorkerState.RUNNING and status.generation > newer_than:
+                return status.generation, self.group.workers[rank]
+            return None
 
     def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
         """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""
@@ -402,11 +420,14 @@ class GroupSupervisor:
             rank, gen = self._sentinels.pop(ref)
             try:
                 ray.get(ref)
-            except ray.exceptions.ActorUnavailableError:
-                # Temporarily unreachable (Ray says so), not dead: re-arm; the probe timeout decides.
-                if gen == self._ranks[rank].generation:
+            except ray.exceptions.ActorUnavailableError as exc:
+                # Temporarily unreachable (Ray says so), not known dead: re-arm, for a while.
+                if gen != self._ranks[rank].generation:
+                    return []
+                hung = self._still_unavailable(rank, gen, now, first_line(exc))
+                if hung is None:
                     self._arm(rank)
-                return []
+                return [hung] if hung else []
             except ray.exceptions.RayActorError as exc:
                 if gen != self._ranks[rank].generation:
                     return []
@@ -414,13 +435,15 @@ class GroupSupervisor:
             except ray.exceptions.RayError as exc:
                 return [_Pending(Failure(rank, FailureReason.DIED, first_line(exc), self._ranks[rank].node_id), now, None)]
             if gen == self._ranks[rank].generation:
+                self._unavailable_since.pop(rank, None)
                 self._arm(rank)
             return []
         rank, gen, _sent = self._probes.pop(ref)
         try:
             info = ray.get(ref)
-        except ray.exceptions.ActorUnavailableError:
-            return []
+        except ray.exceptions.ActorUnavailableError as exc:
+            hung = self._still_unavailable(rank, gen, now, first_line(exc)) if gen == self._ranks[rank].generation else None
+            return [hung] if hung else []
         except ray.exceptions.RayActorError as exc:
             # Backstop: the sentinel normally reports a death first (duplicates are dropped by generation).
             if gen != self._ranks[rank].generation:
@@ -429,9 +452,20 @@ class GroupSupervisor:
         except ray.exceptions.RayError:
             return []
         if gen == self._ranks[rank].generation:
+            self._unavailable_since.pop(rank, None)
             with self._cond:
                 self._ranks[rank].node_id = info.get("node_id", self._ranks[rank].node_id)
         return []
+
+    def _still_unavailable(self, rank: int, gen: int, now: float, cause: str) -> _Pending | None:
+        """A rank Ray calls unavailable is transient for at most ``probe_timeout_s``, then hung (a
+        rank behind a partition must be judged too)."""
+        since = self._unavailable_since.setdefault(rank, now)
+        if now - since < self.config.probe_timeout_s:
+            return None
+        del self._unavailable_since[rank]
+        detail = f"unavailable for {now - since:.0f}s: {cause}"
+        return _Pending(Failure(rank, FailureReason.HUNG, detail, self._ranks[rank].node_id), now, None, gen)
 
     def _expired_probes(self) -> list[_Pending]:
         now = self.clock()
@@ -517,14 +551,18 @@ class GroupSupervisor:
         if decision.delay_s > 0 and self._stop.wait(decision.delay_s):
             return
         try:
-            replaced, extra = self._replace(set(ranks))
+            replaced, extra = self._replace_retrying(ranks, by_rank)
         except InitGroupError as exc:
             self._escalate(f"replacement of rank(s) {ranks} failed to initialise: {exc}", tuple(ranks))
             return
         except Exception as exc:
             if self._stop.is_set():
                 return  # stopped mid-recovery: not a failure of the group
-            self._escalate(f"replacement of rank(s) {ranks} failed: {type(exc).__name__}: {exc}", tuple(ranks))
+            if is_transient(exc):
+                message = f"restart budget exhausted while retrying the replacement of rank(s) {ranks}; last error: {first_line(exc)}"
+            else:
+                message = f"replacement of rank(s) {ranks} failed: {type(exc).__name__}: {exc}"
+            self._escalate(message, tuple(ranks))
             return
         # Ranks that died while the others were being recovered were replaced too.
         for r in replaced.keys() - by_rank.keys() - set(ranks):
@@ -570,6 +608,7 @@ class GroupSupervisor:
             for r in ranks:
                 self._ranks[r].generation += 1
                 self._ranks[r].state = WorkerState.RUNNING
+                self._unavailable_since.pop(r, None)
             self._state = GroupState.RUNNING
             self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] not in ranks}
             self._probes = {ref: v for ref, v in self._probes.items() if v[0] not in ranks}
@@ -579,6 +618,41 @@ class GroupSupervisor:
             self._arm(r)
             self._next_probe[r] = self.clock() + self.config.probe_period_s
         self._publish_worker_states()
+
+    def _replace_retrying(self, ranks: list[int], by_rank: dict[int, _Pending]) -> tuple[dict[int, str | None], dict[int, int]]:
+        """:meth:`_replace`, with transient errors retried (exponential backoff within the restart
+        policy's bounds). Every failed attempt is a restart of its ranks, against the budget: the
+        retries stop when another attempt would not fit it, or the supervisor stops; the last error is
+        then raised."""
+        policy = self.config.restart
+        reasons = {r: (by_rank[r].failure.reason if r in by_rank else FailureReason.DIED) for r in ranks}
+
+        def out_of_budget(state: tenacity.RetryCallState) -> bool:
+            return self._stop.is_set() or not budget_allows(self._history, len(ranks), policy, self.clock())
+
+        def charge(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            now = self.clock()
+            with self._cond:
+                self._history += [RestartRecord(r, reasons[r], now) for r in ranks]
+                for r in ranks:
+                    self._ranks[r].restarts += 1
+            for r in ranks:
+                self.hooks.on_worker_replaced(self.group.name, r, reasons[r].value)
+            log.warning(
+                "recovery_retry", group=self.group.name, ranks=ranks, attempt=state.attempt_number,
+                error=first_line(error) if error else None, retry_in_s=round(state.upcoming_sleep, 2),
+            )  # fmt: skip
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_transient),
+            stop=out_of_budget,
+            wait=tenacity.wait_exponential(multiplier=policy.backoff_initial_s or 0.5, max=max(policy.backoff_max_s, 0.5)),
+            before_sleep=charge,
+            sleep=self._stop.wait,
+            reraise=True,
+        )
+        return retrying(self._replace, set(ranks))
 
     def _replace(self, ranks: set[int]) -> tuple[dict[int, str | None], dict[int, int]]:
         """Replace ``ranks`` (and any rank that dies meanwhile) and re-run init.

@@ -93,3 +93,20 @@ class RankDependentWorker(SlowStartWorker):
     def __init__(self) -> None:
         super().__init__(start_s=0.0)
         self.shard = self.rank
+
+
+class SlowInitWorker(Worker):
+    """An init that takes ``init_s`` (a model load) and an idempotent call that takes ``call_s``."""
+
+    def __init__(self, init_s: float, call_s: float) -> None:
+        super().__init__()
+        self.init_s, self.call_s = init_s, call_s
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        time.sleep(self.init_s)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, idempotent=True)
+    def work(self) -> int:
+        time.sleep(self.call_s)
+        return self.rank

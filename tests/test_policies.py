@@ -152,7 +152,9 @@ from supervisor.restart_policy import (  # noqa: E402
     RestartPolicy,
     RestartRecord,
     RestartStrategy,
+    budget_allows,
     decide,
+    restarts_in_window,
 )
 
 DIED_ = FailureReason.DIED
@@ -180,6 +182,31 @@ def test_budget_is_a_sliding_window():
     assert escalate.message == "restart budget exhausted: 2 restart(s) in the last 60s (max_restarts=2); failed: rank 1 died (boom)"
     # the first restart has left the window by t=61
     assert decide([Failure(1, DIED_)], history, 4, policy, now=61.0).kind is DecisionKind.RESTART
+
+
+def test_budget_rule_is_the_one_decide_uses():
+    policy = RestartPolicy(max_restarts=3, restart_window_s=60)
+    history = [RestartRecord(0, DIED_, at=t) for t in (0.0, 30.0, 40.0)]
+    assert restarts_in_window(history, policy, now=50.0) == 3 and restarts_in_window(history, policy, now=61.0) == 2
+    assert not budget_allows(history, 1, policy, now=50.0) and budget_allows(history, 1, policy, now=61.0)
+    assert not budget_allows(history, 2, policy, now=61.0)
+    for now in (50.0, 61.0, 95.0, 200.0):
+        for failed in (1, 2, 3):
+            escalated = decide([Failure(r, DIED_) for r in range(failed)], history, 4, policy, now).kind is DecisionKind.ESCALATE
+            assert escalated is not budget_allows(history, failed, policy, now)
+
+
+def test_transient_errors_of_a_recovery_step():
+    import ray
+
+    from supervisor.errors import ConfigError
+    from supervisor.lifecycle import ActorStartError, InitGroupError
+    from supervisor.transient import is_transient
+
+    for exc in (TimeoutError("name not released"), ActorStartError("died while starting"), ray.exceptions.GetTimeoutError("late"), ConnectionError()):
+        assert is_transient(exc), exc
+    for exc in (InitGroupError("init failed"), ConfigError("bad"), ValueError("bug"), KeyError(3)):
+        assert not is_transient(exc), exc
 
 
 def test_zero_budget_never_restarts():

@@ -12,7 +12,7 @@ from signal import SIGKILL
 import pytest
 import ray
 import torch
-from supervised_workers import RolloutWorker
+from supervised_workers import RolloutWorker, SlowInitWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
 from supervisor.hooks import ObservingHooks
@@ -311,6 +311,90 @@ def test_node_loss_without_spare_capacity_waits_with_diagnosis_then_recovers(ray
         assert any("spare-node-taken" in b for b in hooks.waits[0].blockers)
         assert sorted(p.rank for p in sup.drift() if p.drifted) == [0, 1]
         assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
+    finally:
+        remove_placement_group(blocker)
+        _teardown(pool, group, sup)
+        ray_cluster.gpu_nodes.append(ray_cluster.add_node(num_cpus=4, num_gpus=2))
+
+
+def test_call_timeouts_run_per_rank_from_submission(ray_cluster, tmp_path, no_leaks):
+    """4 ranks, an idempotent 3 s method, call_timeout_s = 8, a 10 s init, one rank SIGKILLed 1 s
+    into a call: the survivors' results were in before the replacement was, so they are not hung,
+    and the killed rank's shard is timed from its re-submission: one restart, every result."""
+    policy = InitPolicy(timeout_s=60, attempts=1)
+    pool = ResourcePool([4], use_gpu=False, max_colocate_count=1)
+    group = create_group(pool, ClassWithInitArgs(SlowInitWorker, init_s=10.0, call_s=3.0))
+    hooks = RecordingHooks()
+    try:
+        init_group(group, "init_model", policy=policy)
+        config = SupervisionConfig(init_method="init_model", init_policy=policy, call_timeout_s=8.0, probe_period_s=1.0, probe_timeout_s=20.0)
+        sup = GroupSupervisor(group, config, hooks=hooks).start()
+        try:
+            threading.Timer(1.0, os.kill, args=(_pid(group, 1), SIGKILL)).start()
+            assert group.work() == [0, 1, 2, 3]
+            assert hooks.replaced == [(1, "died")]
+            assert [r.restarts for r in sup.ranks()] == [0, 1, 0, 0]
+        finally:
+            sup.stop()
+    finally:
+        group.kill()
+        pool.teardown()
+
+
+def _lose_a_node_with_no_spare(ray_cluster, pool):
+    """Take the one spare GPU node with a placement group of the test's, then remove a node of the pool."""
+    from ray.util import placement_group
+
+    blocker = placement_group([{"GPU": 2, "CPU": 1}], strategy="STRICT_PACK", name="spare-node-taken")
+    ray.get(blocker.ready(), timeout=60)
+    lost = next(n for n in ray_cluster.gpu_nodes if n.node_id == pool.original_bundle_nodes()[(0, 0)])
+    ray_cluster.remove_node(lost)
+    ray_cluster.gpu_nodes.remove(lost)
+    return blocker
+
+
+def test_a_recovery_step_that_times_out_is_retried_and_charged_not_fatal(ray_cluster, tmp_path, no_leaks):
+    from ray.util import remove_placement_group
+
+    hooks = RecordingHooks()
+    pool, group, sup = _supervised(
+        tmp_path, process_on_nodes=(2, 2), use_gpu=True, hooks=hooks, bundle_wait_timeout_s=1.0,
+        restart=RestartPolicy(max_restarts=40, backoff_initial_s=0.2, backoff_max_s=0.5),
+    )  # fmt: skip
+    blocker = None
+    try:
+        blocker = _lose_a_node_with_no_spare(ray_cluster, pool)
+        # Each wait for the lost bundles gives up after 1 s: a transient error, retried with backoff.
+        _wait(lambda: sup.ranks()[0].restarts >= 3, timeout_s=60, what="retried recovery attempts")
+        assert sup.state is GroupState.RECOVERING
+        remove_placement_group(blocker)  # capacity comes back
+        blocker = None
+        _wait(lambda: all(sup.generation(r) == 1 for r in (0, 1)), timeout_s=120, what="recovery after capacity returned")
+        assert sup.state is GroupState.RUNNING
+        assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
+        # Every failed attempt was a restart of both lost ranks, on the budget and the metric.
+        history = sup.restart_history()
+        assert len(history) == 2 * sup.ranks()[0].restarts and {h.reason.value for h in history} == {"node_lost"}
+        assert hooks.replaced.count((0, "node_lost")) == sup.ranks()[0].restarts
+    finally:
+        if blocker is not None:
+            remove_placement_group(blocker)
+        _teardown(pool, group, sup)
+        ray_cluster.gpu_nodes.append(ray_cluster.add_node(num_cpus=4, num_gpus=2))
+
+
+def test_retries_of_a_recovery_stop_at_the_restart_budget(ray_cluster, tmp_path, no_leaks):
+    from ray.util import remove_placement_group
+
+    pool, group, sup = _supervised(
+        tmp_path, process_on_nodes=(2, 2), use_gpu=True, bundle_wait_timeout_s=0.5,
+        restart=RestartPolicy(max_restarts=6, backoff_initial_s=0.1, backoff_max_s=0.2),
+    )  # fmt: skip
+    blocker = _lose_a_node_with_no_spare(ray_cluster, pool)
+    try:
+        _wait(lambda: sup.state is GroupState.FAILED, timeout_s=60, what="the budget to run out")
+        assert "restart budget exhausted while retrying the replacement of rank(s) [0, 1]" in str(sup.failure)
+        assert len(sup.restart_history()) <= 6
     finally:
         remove_placement_group(blocker)
         _teardown(pool, group, sup)
