@@ -9,9 +9,10 @@ token; Ray reads it from ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH
   (:class:`RuntimeDir`: 0700, the token file 0600), which also names the cluster's address so that
   ``supervisor status``, ``stop``, ``gc``, ``list`` and ``doctor`` on the same machine find the token
   as they find the cluster. The directory is removed when the embedded Ray stops.
-* **Joining a cluster** (:func:`choose_token`): Ray's own variables when any is set; else a spec's
-  ``[ray] auth_token_path``; else the token of an embedded Ray on this machine at that address; else
-  Ray's default file ``~/.ray/auth_token``, when there is one; else none.
+* **Joining a cluster** (:func:`choose_token`): Ray's ``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH``
+  when set; else a spec's ``[ray] auth_token_path``; else the token of an embedded Ray on this machine
+  at that address; else Ray's default file ``~/.ray/auth_token``, when there is one; else none. A
+  ``RAY_AUTH_MODE`` other than ``token`` means none.
 * A missing or wrong token is found by one GCS request (:func:`check_access`) and reported as one
   line, instead of ``ray.init``'s twenty seconds of retries and a traceback.
 """
@@ -19,6 +20,7 @@ token; Ray reads it from ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import secrets
@@ -39,10 +41,12 @@ __all__ = [
     "ClusterAuthError",
     "RuntimeDir",
     "TokenChoice",
+    "TokenSource",
     "runtime_root",
     "find_local_token",
     "choose_token",
     "present",
+    "withdraw",
     "use_token",
     "saved_env",
     "restore_env",
@@ -172,43 +176,79 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class TokenSource(enum.Enum):
+    """Where the token a driver presents comes from, in the order they are tried."""
+
+    RAY_ENV = "Ray's RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH"
+    SPEC = "the token file"  # [ray] auth_token_path
+    EMBEDDED = "the embedded Ray's token file"
+    RAY_DEFAULT = "Ray's default token file"
+    DISABLED = "RAY_AUTH_MODE"  # set, and not "token": the user said to send none
+    NONE = "no token"
+
+
 @dataclass(frozen=True)
 class TokenChoice:
-    """Which token a driver presents, and where it came from (for the error line when it is refused)."""
+    """Which token a driver presents (for the error line when it is refused)."""
 
-    path: Path | None  # a file to point Ray at; None: leave Ray's own configuration as it is
-    source: str
-    given: bool = True  # False: no token at all (Ray's default file aside)
+    source: TokenSource
+    path: Path | None = None  # the token file, when there is one
+
+    @property
+    def sends(self) -> bool:
+        return self.source not in (TokenSource.DISABLED, TokenSource.NONE)
+
+    def describe(self) -> str:
+        if self.source is TokenSource.DISABLED:
+            return f"RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}"
+        return f"{self.source.value} {self.path}" if self.path is not None and self.source is not TokenSource.RAY_ENV else self.source.value
 
 
 def choose_token(address: str, auth_token_path: Path | None = None) -> TokenChoice:
     """The token to present to the cluster at ``address`` (see the module docstring for the order)."""
-    given = [name for name in AUTH_ENV_VARS if os.environ.get(name)]
-    if given:
-        mode = os.environ.get("RAY_AUTH_MODE", "").lower()
-        # A token variable without a mode switches token mode on (see present); a mode other than
-        # "token" sends nothing.
-        sends = mode == "token" or (not mode and given != ["RAY_AUTH_MODE"])
-        return TokenChoice(None, f"Ray's {', '.join(given)}", given=sends)
+    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+    if mode and mode != "token":
+        return TokenChoice(TokenSource.DISABLED)
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        env_path = os.environ.get("RAY_AUTH_TOKEN_PATH") if not os.environ.get("RAY_AUTH_TOKEN") else None
+        return TokenChoice(TokenSource.RAY_ENV, Path(env_path) if env_path else None)
     if auth_token_path is not None:
-        return TokenChoice(auth_token_path, f"the token file {auth_token_path}")
+        return TokenChoice(TokenSource.SPEC, auth_token_path)
     local = find_local_token(address)
     if local is not None:
-        return TokenChoice(local, f"the embedded Ray's token file {local}")
-    default = Path.home() / ".ray" / TOKEN_FILE  # where `ray get-auth-token --generate` puts one
+        return TokenChoice(TokenSource.EMBEDDED, local)
+    default = Path.home() / ".ray" / TOKEN_FILE  # where `ray get-auth-token --generate` and a local ray.init() put one
     if default.is_file():
-        return TokenChoice(default, f"Ray's default token file {default}")
-    return TokenChoice(None, "no token", given=False)
+        return TokenChoice(TokenSource.RAY_DEFAULT, default)
+    return TokenChoice(TokenSource.NONE)
+
+
+# Ray's variables as they were before present() changed them (None: unchanged), for withdraw().
+_before_present: dict[str, str | None] | None = None
 
 
 def present(choice: TokenChoice) -> None:
-    """Configure this process to present the chosen token."""
-    if choice.path is not None:
-        use_token(choice.path)
-    elif choice.given and not os.environ.get("RAY_AUTH_MODE"):
+    """Configure this process (and the Ray processes it starts) to present the chosen token."""
+    global _before_present
+    if not choice.sends or (choice.source is TokenSource.RAY_ENV and os.environ.get("RAY_AUTH_MODE")):
+        return
+    if _before_present is None:
+        _before_present = saved_env()
+    if choice.source is TokenSource.RAY_ENV:
         # A token in Ray's variables means to authenticate, but Ray sends it only in token mode.
         os.environ["RAY_AUTH_MODE"] = "token"
         _refresh_ray_auth()
+    else:
+        assert choice.path is not None
+        use_token(choice.path)
+
+
+def withdraw() -> None:
+    """Undo :func:`present`: the next connection chooses from the user's own variables again."""
+    global _before_present
+    if _before_present is not None:
+        restore_env(_before_present)
+        _before_present = None
 
 
 def use_token(path: Path) -> None:
@@ -258,21 +298,26 @@ def check_access(address: str, choice: TokenChoice) -> None:
     """One GCS request with this process's token: fails within milliseconds when the token is refused.
 
     Raises:
-        ClusterAuthError: the cluster requires a token and refused this one (or its absence).
+        ClusterAuthError: the chosen token file is unreadable or empty, or the cluster requires a token
+            and refused this one (or its absence).
     """
     import ray
     from ray._raylet import GcsClient
 
+    problem = token_file_problem(choice.path) if choice.path is not None else None
+    if problem:  # Ray's processes abort on a token file they cannot read
+        raise ClusterAuthError(f"cannot use {choice.describe()} for the Ray cluster at {address}: {problem}")
     try:
         with _native_stderr_discarded():
             GcsClient(address=address)
     except ray.exceptions.AuthenticationError:
-        if not choice.given:
+        if not choice.sends:
+            why = f" ({choice.describe()})" if choice.source is TokenSource.DISABLED else ""
             raise ClusterAuthError(
-                f"the Ray cluster at {address} requires a token and none was given: set RAY_AUTH_TOKEN_PATH "
-                "(or RAY_AUTH_TOKEN), or [ray] auth_token_path in the spec"
+                f"the Ray cluster at {address} requires a token and none was given{why}: set "
+                "RAY_AUTH_TOKEN_PATH (or RAY_AUTH_TOKEN), or [ray] auth_token_path in the spec"
             ) from None
-        raise ClusterAuthError(f"the Ray cluster at {address} refused the token from {choice.source}") from None
+        raise ClusterAuthError(f"the Ray cluster at {address} refused the token from {choice.describe()}") from None
     except Exception:  # anything else is ray.init's to report, with its own retries and message
         return
 

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .auth import check_access, choose_token, present
+from .auth import check_access, choose_token, present, withdraw
 from .errors import ClusterUnavailableError
 from .loopback import LOOPBACK_IP, is_loopback_host, pin_to_loopback
 
@@ -50,17 +50,24 @@ def connect(address: str, auth_token_path: Path | None = None, **init_kwargs: An
         # and this driver listens on every interface.
         pin_to_loopback()
         init_kwargs.setdefault("_node_ip_address", LOOPBACK_IP)
+    withdraw()  # what an earlier connection of this process presented is not the user's choice
     choice = choose_token(address, auth_token_path)
     present(choice)
-    check_access(address, choice)
     import ray
 
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("log_to_driver", False)
     try:
+        check_access(address, choice)
         return ray.init(address=address, **init_kwargs)
     except (ConnectionError, RuntimeError) as exc:
+        withdraw()
+        if isinstance(exc, ClusterUnavailableError):
+            raise
         raise ClusterUnavailableError(f"cannot connect to Ray at {address}: {exc}") from None
+    except BaseException:
+        withdraw()
+        raise
 
 
 def resolve_address(address: str | None) -> str:

@@ -271,6 +271,8 @@ class Daemon:
         else:
             from .embedded_ray import EmbeddedRay
 
+            if self.spec.ray.auth_token_path:
+                log.warning("auth_token_path_unused", reason="no cluster address: the embedded Ray makes a token of its own")
             self._embedded = EmbeddedRay(self.spec.name, self.spec.ray, paths)
             self.address = self._embedded.start(**init_kwargs)
         self._store = RecordStore()

@@ -87,12 +87,14 @@ class EmbeddedRay:
 
         cluster, self._cluster = self._cluster, None
         runtime, self._runtime = self._runtime, None
-        if cluster is not None:
-            ray.shutdown()
-            cluster.shutdown()
-            log.info("embedded_ray_stopped", address=self.address)
-        if runtime is not None:
-            # After the cluster: its processes read the token file when they start. This process must
-            # not point Ray at a file that is gone (Ray aborts on an unreadable token file).
-            runtime.remove()
-            restore_env(self._saved_auth_env)
+        try:
+            if cluster is not None:
+                ray.shutdown()
+                cluster.shutdown()
+                log.info("embedded_ray_stopped", address=self.address)
+        finally:
+            if runtime is not None:
+                # After the cluster: its processes read the token file when they start. This process
+                # must not point Ray at a file that is gone (Ray aborts on an unreadable token file).
+                runtime.remove()
+                restore_env(self._saved_auth_env)

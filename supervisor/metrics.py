@@ -147,5 +147,11 @@ def serve(port: int = 9400, host: str = "127.0.0.1", certfile: str | None = None
     from . import __version__
 
     BUILD_INFO.labels(version=__version__, ray_version=ray.__version__).set(1)
-    server, _thread = start_http_server(port, addr=host, registry=REGISTRY, certfile=certfile, keyfile=keyfile)
+    if certfile and keyfile:
+        from prometheus_client import make_wsgi_app
+
+        from .exporter import serve_https
+
+        return serve_https(make_wsgi_app(REGISTRY), host, port, certfile, keyfile)
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
     return server

@@ -14,6 +14,7 @@ User exceptions raised inside the method are not failures of the rank: they prop
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import SupervisorError, first_line
@@ -104,8 +105,8 @@ class _SupervisedCall:
         self.group, self.supervisor, self.method_name, self.per_rank = group, supervisor, method_name, per_rank
         self.call_timeout_s, self.poll_s, self.unavailable_timeout_s, self.retry = call_timeout_s, poll_s, unavailable_timeout_s, retry
         self.in_flight: dict[Any, tuple[int, int, float]] = {}  # ref -> (rank, generation, submitted at)
-        self.awaiting: dict[int, tuple[int, FailureReason, float]] = {}  # rank -> (failed generation, why, since)
-        self.unavailable_since: dict[int, float] = {}  # rank -> first "unavailable" answer of this call
+        self.awaiting: dict[int, _Awaiting] = {}  # ranks whose shard waits to be submitted again
+        self.unavailable_since: dict[tuple[int, int], float] = {}  # (rank, generation) -> first "unavailable" answer
         self.results: dict[int, Any] = {}
         self.failed: dict[int, str] = {}
 
@@ -143,7 +144,7 @@ class _SupervisedCall:
         rank, generation, _ = self.in_flight.pop(ref)
         try:
             self.results[rank] = ray.get(ref)
-            self.unavailable_since.pop(rank, None)
+            self.unavailable_since.pop((rank, generation), None)
         except ray.exceptions.ActorUnavailableError as exc:
             self._unavailable(rank, generation, first_line(exc))
         except ray.exceptions.RayActorError as exc:
@@ -151,17 +152,17 @@ class _SupervisedCall:
 
     def _unavailable(self, rank: int, generation: int, cause: str) -> None:
         # Unreachable for now, maybe not dead (a partition, a busy raylet): ask again, for a while.
-        if not self.retry:
-            self.failed[rank] = f"unavailable: {cause}"  # the shard may have run: it is not re-run
+        if not self.retry:  # the shard may have run: it is not re-run
+            self.failed[rank] = f"unavailable on node {self.supervisor.ranks()[rank].node_id or '?'}: {cause}"
             return
         now = time.monotonic()
-        since = self.unavailable_since.setdefault(rank, now)
+        since = self.unavailable_since.setdefault((rank, generation), now)
         if now - since >= self.unavailable_timeout_s:
-            self.unavailable_since.pop(rank, None)
+            del self.unavailable_since[(rank, generation)]
             self._rank_failed(rank, generation, FailureReason.HUNG, f"unavailable for {now - since:.0f}s: {cause}")
             return
-        time.sleep(self.poll_s)
-        self._submit(rank, *self.supervisor.acquire(rank))
+        # The same incarnation again (or its replacement, if the supervisor judged it meanwhile), after a pause.
+        self.awaiting[rank] = _Awaiting(generation - 1, None, now, not_before=now + self.poll_s)
 
     def _judge_timeouts(self) -> None:
         import ray
@@ -185,23 +186,41 @@ class _SupervisedCall:
         if not self.retry:
             self.failed[rank] = f"{reason.value} on node {node or '?'}: {cause}"
             return
-        self.awaiting[rank] = (generation, reason, time.monotonic())
+        self.awaiting[rank] = _Awaiting(generation, reason, time.monotonic())
 
     def _resubmit_replaced(self) -> None:
-        for rank, (generation, reason, since) in list(self.awaiting.items()):
-            acquired = self.supervisor.try_acquire(rank, newer_than=generation)  # raises if the group failed
+        now = time.monotonic()
+        for rank, waiting in list(self.awaiting.items()):
+            if now < waiting.not_before:
+                continue
+            acquired = self.supervisor.try_acquire(rank, newer_than=waiting.newer_than)  # raises if the group failed
             if acquired is None:
                 continue
             del self.awaiting[rank]
             self._submit(rank, *acquired)
-            log.info(
-                "call_shard_rerun", group=self.group.name, method=self.method_name, rank=rank, reason=reason.value,
-                waited_s=round(time.monotonic() - since, 3),
-            )  # fmt: skip
+            if waiting.reason is not None:
+                log.info(
+                    "call_shard_rerun", group=self.group.name, method=self.method_name, rank=rank, reason=waiting.reason.value,
+                    waited_s=round(now - waiting.since, 3),
+                )  # fmt: skip
 
     def _wait_for_a_replacement(self) -> None:
-        rank, (generation, _, _) = next(iter(self.awaiting.items()))
+        rank, waiting = min(self.awaiting.items(), key=lambda item: item[1].not_before)
+        pause = waiting.not_before - time.monotonic()
+        if pause > 0:  # an unavailable rank is asked again after a pause
+            time.sleep(min(pause, self.poll_s))
+            return
         try:
-            self.supervisor.await_replacement(rank, generation, timeout_s=self.poll_s)
+            self.supervisor.await_replacement(rank, waiting.newer_than, timeout_s=self.poll_s)
         except TimeoutError:
             pass
+
+
+@dataclass(frozen=True)
+class _Awaiting:
+    """A rank whose shard is submitted again once it runs a generation newer than ``newer_than``."""
+
+    newer_than: int
+    reason: FailureReason | None  # why it failed (None: it was only unavailable; the same actor is asked again)
+    since: float
+    not_before: float = 0.0

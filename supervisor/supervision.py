@@ -60,6 +60,10 @@ __all__ = [
 
 log = get_logger("supervision")
 
+# Shortest wait before a recovery step that failed for a transient reason is tried again (the
+# policy's backoff may be 0: a GCS that answers late must not be hammered).
+RECOVERY_RETRY_MIN_S = 0.5
+
 # Standbys that die before they are ready, in a row, after which no more are started (their
 # constructor most likely depends on the rank, or cannot run in a spare bundle).
 STANDBY_FAILURE_LIMIT = 3
@@ -95,6 +99,10 @@ class InFlightPolicy(enum.Enum):
 
 class GroupFailedError(SupervisorError):
     """The group is FAILED: its restart budget is exhausted or a replacement could not initialise."""
+
+
+class _RecoveryStopped(Exception):
+    """The supervisor stopped while a recovery waited to retry a step."""
 
 
 @dataclass(frozen=True)
@@ -620,39 +628,51 @@ class GroupSupervisor:
         self._publish_worker_states()
 
     def _replace_retrying(self, ranks: list[int], by_rank: dict[int, _Pending]) -> tuple[dict[int, str | None], dict[int, int]]:
-        """:meth:`_replace`, with transient errors retried (exponential backoff within the restart
-        policy's bounds). Every failed attempt is a restart of its ranks, against the budget: the
-        retries stop when another attempt would not fit it, or the supervisor stops; the last error is
-        then raised."""
+        """:meth:`_replace`, with transient errors retried after the restart policy's backoff (at least
+        ``RECOVERY_RETRY_MIN_S``). A failed attempt is a restart, counted as the successful one is: a
+        restart of each rebuilt rank, and against the budget one per failed rank. The retries stop
+        when another attempt would not fit the budget, or the supervisor stops; the last error is
+        then raised.
+        """
         policy = self.config.restart
-        reasons = {r: (by_rank[r].failure.reason if r in by_rank else FailureReason.DIED) for r in ranks}
+        failed = [r for r in ranks if r in by_rank]  # under one_for_all the others are rebuilt because of them
+        trigger = by_rank[min(by_rank)].failure.reason
+        reason = {r: (by_rank[r].failure.reason if r in by_rank else trigger) for r in ranks}
 
-        def out_of_budget(state: tenacity.RetryCallState) -> bool:
-            return self._stop.is_set() or not budget_allows(self._history, len(ranks), policy, self.clock())
-
-        def charge(state: tenacity.RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome is not None else None
+        def charge(state: tenacity.RetryCallState) -> None:  # runs before `stop` looks at the budget
             now = self.clock()
             with self._cond:
-                self._history += [RestartRecord(r, reasons[r], now) for r in ranks]
+                self._history += [RestartRecord(r, reason[r], now) for r in failed]
                 for r in ranks:
                     self._ranks[r].restarts += 1
             for r in ranks:
-                self.hooks.on_worker_replaced(self.group.name, r, reasons[r].value)
+                self.hooks.on_worker_replaced(self.group.name, r, reason[r].value)
+
+        def next_attempt_exceeds_budget(state: tenacity.RetryCallState) -> bool:
+            return self._stop.is_set() or not budget_allows(self._history, len(failed), policy, self.clock())
+
+        def announce(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
             log.warning(
                 "recovery_retry", group=self.group.name, ranks=ranks, attempt=state.attempt_number,
                 error=first_line(error) if error else None, retry_in_s=round(state.upcoming_sleep, 2),
             )  # fmt: skip
 
+        def sleep(seconds: float) -> None:
+            if self._stop.wait(seconds):
+                raise _RecoveryStopped()
+
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_transient),
-            stop=out_of_budget,
-            wait=tenacity.wait_exponential(multiplier=policy.backoff_initial_s or 0.5, max=max(policy.backoff_max_s, 0.5)),
-            before_sleep=charge,
-            sleep=self._stop.wait,
+            after=charge,
+            stop=next_attempt_exceeds_budget,
+            wait=lambda state: max(RECOVERY_RETRY_MIN_S, policy.backoff_s(state.attempt_number + 1)),
+            before_sleep=announce,
+            sleep=sleep,
             reraise=True,
         )
-        return retrying(self._replace, set(ranks))
+        # A fresh set each attempt: _replace adds the ranks it had to rebuild as well.
+        return retrying(lambda: self._replace(set(ranks)))
 
     def _replace(self, ranks: set[int]) -> tuple[dict[int, str | None], dict[int, int]]:
         """Replace ``ranks`` (and any rank that dies meanwhile) and re-run init.

@@ -19,10 +19,9 @@ def is_transient(exc: BaseException) -> bool:
     from .lifecycle import ActorStartError
 
     transient: tuple[type[BaseException], ...] = (
-        TimeoutError,  # a name not released, bundles not re-placed, a rendezvous probe unanswered
+        TimeoutError,  # a name not released, bundles not re-placed, a rendezvous probe unanswered (and Ray's GetTimeoutError)
         ConnectionError,
         ActorStartError,  # the new actor died or did not come up in time
-        ray.exceptions.GetTimeoutError,
         ray.exceptions.RayActorError,
         ray.exceptions.RpcError,
         ray.exceptions.RaySystemError,

@@ -15,6 +15,8 @@ import pytest
 from supervisor.auth import (
     RUNTIME_DIR_ENV,
     RuntimeDir,
+    TokenChoice,
+    TokenSource,
     choose_token,
     find_local_token,
     present,
@@ -23,6 +25,7 @@ from supervisor.auth import (
     saved_env,
     token_file_problem,
     use_token,
+    withdraw,
 )
 from supervisor.errors import ConfigError
 from supervisor.loopback import LOOPBACK_ENV, is_loopback_host
@@ -109,35 +112,42 @@ def test_choose_token_order(runtime, monkeypatch, tmp_path):
     rd = RuntimeDir.create("sv")
     rd.publish("127.0.0.1:7000")
     spec_token = tmp_path / "token"
-    assert choose_token("127.0.0.1:7000").path == rd.token_path
-    assert choose_token("127.0.0.1:7000", spec_token).path == spec_token
+    assert choose_token("127.0.0.1:7000") == TokenChoice(TokenSource.EMBEDDED, rd.token_path)
+    assert choose_token("127.0.0.1:7000", spec_token) == TokenChoice(TokenSource.SPEC, spec_token)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     none = choose_token("127.0.0.1:7001")
-    assert none.path is None and not none.given
+    assert none == TokenChoice(TokenSource.NONE) and not none.sends
     default = tmp_path / "home" / ".ray" / "auth_token"  # `ray get-auth-token --generate` writes it
     default.parent.mkdir(parents=True)
     default.write_text("y" * 64)
-    assert choose_token("127.0.0.1:7001").path == default
-    assert choose_token("127.0.0.1:7000").path == rd.token_path
+    assert choose_token("127.0.0.1:7001") == TokenChoice(TokenSource.RAY_DEFAULT, default)
+    assert choose_token("127.0.0.1:7000").source is TokenSource.EMBEDDED
+    # RAY_AUTH_MODE=token alone (what Ray's docs export on every node) names no token: the order goes on.
+    os.environ["RAY_AUTH_MODE"] = "token"
+    assert choose_token("127.0.0.1:7000", spec_token).source is TokenSource.SPEC
     os.environ["RAY_AUTH_TOKEN"] = "x" * 64
-    env = choose_token("127.0.0.1:7000", spec_token)
-    assert env.path is None and env.given and "RAY_AUTH_TOKEN" in env.source  # Ray's own variables win
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # Ray then sends nothing, whatever the token variables say
-    assert not choose_token("127.0.0.1:7000").given
-    del os.environ["RAY_AUTH_TOKEN"]
-    os.environ["RAY_AUTH_MODE"] = "token"  # Ray then reads ~/.ray/auth_token
-    assert choose_token("127.0.0.1:7000").given
+    assert choose_token("127.0.0.1:7000", spec_token) == TokenChoice(TokenSource.RAY_ENV)  # Ray's own token wins
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # Ray then sends nothing, whatever else is there
+    disabled = choose_token("127.0.0.1:7000", spec_token)
+    assert disabled.source is TokenSource.DISABLED and not disabled.sends and disabled.describe() == "RAY_AUTH_MODE=disabled"
 
 
-def test_present_switches_token_mode_on_for_rays_own_token_variable(runtime, tmp_path):
+def test_present_switches_token_mode_on_for_rays_own_token_variable_and_withdraw_undoes_it(runtime, tmp_path):
     token = tmp_path / "token"
     token.write_text("0" * 64)  # readable: a Ray imported by an earlier test may load it
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-    present(choose_token("127.0.0.1:7000"))
+    choice = choose_token("127.0.0.1:7000")
+    assert choice == TokenChoice(TokenSource.RAY_ENV, token)
+    present(choice)
     assert os.environ["RAY_AUTH_MODE"] == "token" and os.environ["RAY_AUTH_TOKEN_PATH"] == str(token)
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # said explicitly: respected
-    present(choose_token("127.0.0.1:7000"))
-    assert os.environ["RAY_AUTH_MODE"] == "disabled"
+    withdraw()
+    assert "RAY_AUTH_MODE" not in os.environ and os.environ["RAY_AUTH_TOKEN_PATH"] == str(token)
+    # A token chosen from the spec is presented, and withdrawn before the next connection chooses.
+    del os.environ["RAY_AUTH_TOKEN_PATH"]
+    present(choose_token("127.0.0.1:7000", token))
+    assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(token)
+    withdraw()
+    assert not any(os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"))
 
 
 def test_use_token_and_restore(runtime, tmp_path):

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import stat
 import subprocess
@@ -48,6 +49,25 @@ def _netns_unavailable() -> str | None:
     if probe.returncode != 0:
         return f"cannot make a private network namespace here (unshare -n needs root): {probe.stderr.strip()}"
     return None
+
+
+def _wait_for_namespace(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Until ``proc`` runs in a network namespace of its own that has the test-host address (before
+    that, nsenter would enter this one)."""
+    own = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/ns/net") != own:
+                addrs = subprocess.run(["nsenter", "-t", str(proc.pid), "-n", "ip", "-o", "addr"], capture_output=True, text=True).stdout
+                if f"{TEST_HOST_IP}/32" in addrs and "default" in subprocess.run(
+                    ["nsenter", "-t", str(proc.pid), "-n", "ip", "route"], capture_output=True, text=True
+                ).stdout:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the daemon did not get its own network namespace within {timeout_s}s (exit {proc.poll()})")
 
 
 def _listen_addresses(pid: int) -> set[str]:
@@ -94,6 +114,7 @@ def test_the_example_job_listens_on_loopback_only(tmp_path):
         proc = subprocess.Popen(["unshare", "-n", "sh", "-c", command], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     seen: set[str] = set()
     try:
+        _wait_for_namespace(proc)
         # The namespace is one where Ray, left to itself, would pick the test-host address (so the
         # assertion below is not true for want of any other address).
         discovered = subprocess.run(
@@ -203,6 +224,8 @@ def embedded(tmp_path_factory):
     try:
         started = _wait_for_event(proc, log, "embedded_ray_started")
         running = _wait_for_event(proc, log, "supervisor_running")
+        # Commands name the cluster (RAY_ADDRESS): Ray's "last cluster started here" may be another's.
+        env["RAY_ADDRESS"] = started["address"]
         yield EmbeddedDaemon(proc, log, env, "sv-token", started["address"], Path(started["auth_token_path"]), running["metrics"], cert)
     finally:
         _stop(proc)
@@ -245,6 +268,10 @@ def test_a_driver_without_the_token_is_refused(embedded):
 def test_commands_on_this_machine_find_the_token(embedded):
     status = _supervisor(embedded, "status")
     assert status.returncode == 0 and "sv-token" in status.stdout, status.stderr
+    # Found as the cluster is: here, as the cluster this machine started last.
+    env = {k: v for k, v in embedded.env.items() if k != "RAY_ADDRESS"}
+    discovered = _run([str(BIN / "supervisor"), "status", "sv-token"], env)
+    assert discovered.returncode == 0 and "sv-token" in discovered.stdout, discovered.stderr
     listed = _supervisor(embedded, "list", "--json")
     assert listed.returncode == 0 and [r["name"] for r in json.loads(listed.stdout)] == ["sv-token"], listed.stderr
     doctor = _supervisor(embedded, "doctor", "--json")
@@ -256,7 +283,7 @@ def test_commands_on_this_machine_find_the_token(embedded):
 def test_a_wrong_or_missing_token_is_one_line_and_exit_1(embedded, tmp_path):
     wrong = _supervisor(embedded, "status", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
     assert wrong.returncode == 1
-    assert wrong.stderr.strip().splitlines() == [f"Error: the Ray cluster at {embedded.address} refused the token from Ray's RAY_AUTH_MODE, RAY_AUTH_TOKEN"]
+    assert wrong.stderr.strip().splitlines() == [f"Error: the Ray cluster at {embedded.address} refused the token from Ray's RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH"]
     # Another runtime directory and no ~/.ray/auth_token (Ray writes one at any local ray.init()):
     # nothing on this machine names a token.
     missing = _supervisor(embedded, "status", **{RUNTIME_DIR_ENV: str(tmp_path / "elsewhere"), "HOME": str(tmp_path)})
@@ -293,9 +320,11 @@ def test_a_daemon_joins_a_token_cluster_with_auth_token_path(embedded, tmp_path)
 
 def test_metrics_over_tls(embedded):
     context = ssl.create_default_context(cafile=str(embedded.cert))
-    with urllib.request.urlopen(f"https://{embedded.metrics}/metrics", context=context, timeout=10) as response:
-        assert response.status == 200 and "supervisor_build_info" in response.read().decode()
     host, port = embedded.metrics.rsplit(":", 1)
+    # A client that connects and never starts its handshake holds up nobody else's scrape.
+    with socket.create_connection((host, int(port)), timeout=10):
+        with urllib.request.urlopen(f"https://{embedded.metrics}/metrics", context=context, timeout=5) as response:
+            assert response.status == 200 and "supervisor_build_info" in response.read().decode()
     plain = http.client.HTTPConnection(host, int(port), timeout=10)
     with pytest.raises((OSError, http.client.HTTPException)):
         plain.request("GET", "/metrics")
