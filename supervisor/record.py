@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .restart_policy import RestartPolicy
+
 __all__ = [
     "DaemonState",
     "Liveness",
@@ -94,8 +96,8 @@ class GroupRecord:
     master_port: int | None = None
     ranks: list[RankRecord] = field(default_factory=list)
     restarts: list[list[Any]] = field(default_factory=list)  # [rank, reason, wall time] within the window
-    restart_window_s: float = 600.0
-    max_restarts: int = 10
+    restart_window_s: float = RestartPolicy.restart_window_s
+    max_restarts: int = RestartPolicy.max_restarts
     failure: str | None = None
     bundles: list[list[int]] = field(default_factory=list)  # each rank's [placement-group index, bundle index]
     standbys: list[StandbyRecord] = field(default_factory=list)

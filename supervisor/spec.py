@@ -147,20 +147,21 @@ class GroupSpec:
     actor_start_timeout_s: float = 120.0
     init_method: str | None = None
     init_kwargs: dict[str, Any] = field(default_factory=dict)
-    init_timeout_s: float = 300.0
-    init_attempts: int = 3
-    restart_strategy: RestartStrategy = RestartStrategy.ONE_FOR_ONE
-    max_restarts: int = 10
-    restart_window_s: float = 600.0
-    backoff_initial_s: float = 0.0
-    backoff_max_s: float = 30.0
-    probe_period_s: float = 5.0
-    probe_timeout_s: float = 10.0
-    call_timeout_s: float | None = None
+    # The defaults are the library's own (one place each: InitPolicy, RestartPolicy, SupervisionConfig).
+    init_timeout_s: float = InitPolicy.timeout_s
+    init_attempts: int = InitPolicy.attempts
+    restart_strategy: RestartStrategy = RestartPolicy.strategy
+    max_restarts: int = RestartPolicy.max_restarts
+    restart_window_s: float = RestartPolicy.restart_window_s
+    backoff_initial_s: float = RestartPolicy.backoff_initial_s
+    backoff_max_s: float = RestartPolicy.backoff_max_s
+    probe_period_s: float = SupervisionConfig.probe_period_s
+    probe_timeout_s: float = SupervisionConfig.probe_timeout_s
+    call_timeout_s: float | None = SupervisionConfig.call_timeout_s
     in_flight: InFlightPolicy | None = None  # None: retry idempotent methods, raise otherwise
     shutdown_method: str | None = None
     shutdown_timeout_s: float = 10.0
-    standbys: int = 0  # pre-started actors in the pool's spare bundles, taking over failed ranks
+    standbys: int = SupervisionConfig.standbys  # pre-started actors in the pool's spare bundles, taking over failed ranks
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
