@@ -365,17 +365,21 @@ def test_a_recovery_step_that_times_out_is_retried_and_charged_not_fatal(ray_clu
     try:
         blocker = _lose_a_node_with_no_spare(ray_cluster, pool)
         # Each wait for the lost bundles gives up after 1 s: a transient error, retried with backoff.
-        _wait(lambda: sup.ranks()[0].restarts >= 3, timeout_s=60, what="retried recovery attempts")
+        # (The two lost ranks may be detected in one pass or in two: today the second one waits for
+        # the first one's recovery.)
+        _wait(lambda: max(r.restarts for r in sup.ranks()) >= 3, timeout_s=60, what="retried recovery attempts")
         assert sup.state is GroupState.RECOVERING
         remove_placement_group(blocker)  # capacity comes back
         blocker = None
-        _wait(lambda: all(sup.generation(r) == 1 for r in (0, 1)), timeout_s=120, what="recovery after capacity returned")
-        assert sup.state is GroupState.RUNNING
+        _wait(lambda: all(sup.generation(r) >= 1 for r in (0, 1)), timeout_s=120, what="recovery after capacity returned")
+        _wait(lambda: sup.state is GroupState.RUNNING, timeout_s=60, what="the group to run again")
         assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
-        # Every failed attempt was a restart of both lost ranks, on the budget and the metric.
+        # Every failed attempt was a restart of the lost ranks, on the budget and on the metric.
         history = sup.restart_history()
-        assert len(history) == 2 * sup.ranks()[0].restarts and {h.reason.value for h in history} == {"node_lost"}
-        assert hooks.replaced.count((0, "node_lost")) == sup.ranks()[0].restarts
+        restarts = {r.rank: r.restarts for r in sup.ranks()}
+        assert restarts[2] == restarts[3] == 0 and max(restarts.values()) >= 3
+        assert len(history) == sum(restarts.values()) and {h.reason.value for h in history} == {"node_lost"}
+        assert sorted(hooks.replaced) == sorted((r, "node_lost") for r, n in restarts.items() for _ in range(n))
     finally:
         if blocker is not None:
             remove_placement_group(blocker)
