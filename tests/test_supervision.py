@@ -374,12 +374,14 @@ def test_a_recovery_step_that_times_out_is_retried_and_charged_not_fatal(ray_clu
         _wait(lambda: all(sup.generation(r) >= 1 for r in (0, 1)), timeout_s=120, what="recovery after capacity returned")
         _wait(lambda: sup.state is GroupState.RUNNING, timeout_s=60, what="the group to run again")
         assert group.generate(_batch(8)).batch["ids"].tolist() == list(range(8))
-        # Every failed attempt was a restart of the lost ranks, on the budget and on the metric.
+        # Every failed attempt was a restart of the lost ranks, on the budget and on the metric. (When
+        # rank 0 is recovered first, rank 1 is replaced with it, as a survivor that cannot take the
+        # new rendezvous: reason "died".)
         history = sup.restart_history()
         restarts = {r.rank: r.restarts for r in sup.ranks()}
         assert restarts[2] == restarts[3] == 0 and max(restarts.values()) >= 3
-        assert len(history) == sum(restarts.values()) and {h.reason.value for h in history} == {"node_lost"}
-        assert sorted(hooks.replaced) == sorted((r, "node_lost") for r, n in restarts.items() for _ in range(n))
+        assert len(history) == sum(restarts.values()) and {h.reason.value for h in history} <= {"node_lost", "died"}
+        assert sorted(r for r, _ in hooks.replaced) == sorted(r for r, n in restarts.items() for _ in range(n))
     finally:
         if blocker is not None:
             remove_placement_group(blocker)
