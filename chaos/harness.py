@@ -5,7 +5,6 @@ cluster's tables). This process is a second Ray driver: it injects faults and ch
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -149,14 +148,9 @@ class Daemon:
         )  # fmt: skip
 
     def events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text().splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-        return out
+        from supervisor.log import read_log_events
+
+        return read_log_events(self.log_path)
 
     def record(self) -> Any:
         from supervisor.record import RecordStore
