@@ -60,10 +60,13 @@ def connect(address: str, auth_token_path: Path | None = None, **init_kwargs: An
     try:
         check_access(address, choice)
         return ray.init(address=address, **init_kwargs)
-    except BaseException as exc:
+    except (ConnectionError, RuntimeError) as exc:
         withdraw()
-        if isinstance(exc, ConnectionError | RuntimeError) and not isinstance(exc, ClusterUnavailableError):
-            raise ClusterUnavailableError(f"cannot connect to Ray at {address}: {exc}") from None
+        if isinstance(exc, ClusterUnavailableError):
+            raise
+        raise ClusterUnavailableError(f"cannot connect to Ray at {address}: {exc}") from None
+    except BaseException:
+        withdraw()
         raise
 
 

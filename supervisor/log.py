@@ -6,15 +6,13 @@ systemd, a file) it is one JSON object per line, so the records can be shipped a
 
 from __future__ import annotations
 
-import json as jsonlib
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger", "read_log_events"]
+__all__ = ["configure_logging", "get_logger"]
 
 _configured = False
 
@@ -54,15 +52,3 @@ def get_logger(name: str) -> Any:
     # A lazy proxy: it follows a later configure_logging() (e.g. the CLI's --log-json), unlike a
     # logger bound at import time.
     return structlog.get_logger(component=name)
-
-
-def read_log_events(path: Path) -> list[dict[str, Any]]:
-    """The JSON events a process logged to ``path`` (other lines, and a line still being written, skipped)."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(jsonlib.loads(line))
-            except jsonlib.JSONDecodeError:
-                pass
-    return out

@@ -23,17 +23,14 @@ LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def is_loopback_host(host: str) -> bool:
-    """True for ``localhost``, 127.0.0.0/8, ``::1`` and 127.0.0.0/8 mapped into IPv6 (brackets allowed)."""
+    """True for ``localhost``, 127.0.0.0/8 and ``::1`` (brackets allowed)."""
     host = host.strip("[]")
     if host == "localhost":
         return True
     try:
-        ip = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
 
 
 def pin_to_loopback() -> None:

@@ -145,8 +145,8 @@ def decide(
         return Decision(DecisionKind.NOOP)
     by_rank = {f.rank: f for f in failures}
     window_start = now - policy.restart_window_s
+    in_window = restarts_in_window(history, policy, now)
     if not budget_allows(history, len(by_rank), policy, now):
-        in_window = restarts_in_window(history, policy, now)
         causes = "; ".join(
             f"rank {f.rank} {f.reason.value}" + (f" ({f.detail})" if f.detail else "") for f in sorted(by_rank.values(), key=lambda f: f.rank)
         )

@@ -3,6 +3,7 @@ waiting for the daemon's state record."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,18 @@ TESTS_DIR = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent  # the venv's `supervisor` and `ray`
 # Loopback only; the daemon's workers import the test worker classes from tests/.
 ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+
+
+def log_events(log: Path) -> list[dict[str, Any]]:
+    """The JSON log events a daemon wrote to ``log`` (other lines, and a line being written, skipped)."""
+    out = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
 
 
 def wait_for_record(

@@ -14,9 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_harness import BIN, ENV, TESTS_DIR, wait_for_record
-
-from supervisor.log import read_log_events
+from daemon_harness import BIN, ENV, TESTS_DIR, log_events, wait_for_record
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +87,7 @@ class DaemonProcess:
             self._log.flush()
 
     def events(self) -> list[dict]:
-        return read_log_events(self.log_path)
+        return log_events(self.log_path)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -27,11 +27,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from daemon_harness import BIN, TESTS_DIR
+from daemon_harness import BIN, TESTS_DIR, log_events
 
 from supervisor.auth import RUNTIME_DIR_ENV
-from supervisor.log import read_log_events
-from supervisor.loopback import LOOPBACK_ENV, is_loopback_host
+from supervisor.loopback import LOOPBACK_ENV
 
 REPO = TESTS_DIR.parent
 TEST_HOST_IP = "10.99.0.1"  # the namespace's own address: what Ray's address discovery finds there
@@ -78,8 +77,13 @@ def _listen_addresses(pid: int) -> set[str]:
 
 
 def _on_loopback(local: str) -> bool:
-    host = local.rpartition(":")[0].strip("[]").split("%")[0]  # `*` (every interface) is not a host
-    return is_loopback_host(host)
+    host = local.rpartition(":")[0].strip("[]")
+    if host in ("*", ""):
+        return False
+    ip = ipaddress.ip_address(host.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -125,7 +129,7 @@ def test_the_example_job_listens_on_loopback_only(tmp_path):
             time.sleep(0.5)
     finally:
         _stop(proc)
-    events = read_log_events(log)
+    events = log_events(log)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert [e["run_steps"] for e in events if e["event"] == "rlhf_done"] == [20]
     # GCS, 2 raylets with their object managers and agents, 6 workers, the KV actor, the daemon and
@@ -192,7 +196,7 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 def _wait_for_event(proc: subprocess.Popen, log: Path, event: str, timeout_s: float = 120.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = [e for e in read_log_events(log) if e.get("event") == event]
+        found = [e for e in log_events(log) if e.get("event") == event]
         if found:
             return found[0]
         if proc.poll() is not None:
