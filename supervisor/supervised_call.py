@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from .errors import SupervisorError, first_line
 from .log import get_logger
 from .restart_policy import FailureReason
-from .transient import UnavailableClock
 
 if TYPE_CHECKING:
     from .decorator import MethodSpec
@@ -104,10 +103,10 @@ class _SupervisedCall:
         call_timeout_s: float | None, poll_s: float, unavailable_timeout_s: float, retry: bool,
     ) -> None:  # fmt: skip
         self.group, self.supervisor, self.method_name, self.per_rank = group, supervisor, method_name, per_rank
-        self.call_timeout_s, self.poll_s, self.retry = call_timeout_s, poll_s, retry
+        self.call_timeout_s, self.poll_s, self.unavailable_timeout_s, self.retry = call_timeout_s, poll_s, unavailable_timeout_s, retry
         self.in_flight: dict[Any, tuple[int, int, float]] = {}  # ref -> (rank, generation, submitted at)
         self.awaiting: dict[int, _Awaiting] = {}  # ranks whose shard waits to be submitted again
-        self.unavailable = UnavailableClock(unavailable_timeout_s)  # by (rank, generation)
+        self.unavailable_since: dict[tuple[int, int], float] = {}  # (rank, generation) -> first "unavailable" answer
         self.results: dict[int, Any] = {}
         self.failed: dict[int, str] = {}
 
@@ -145,7 +144,7 @@ class _SupervisedCall:
         rank, generation, _ = self.in_flight.pop(ref)
         try:
             self.results[rank] = ray.get(ref)
-            self.unavailable.answered((rank, generation))
+            self.unavailable_since.pop((rank, generation), None)
         except ray.exceptions.ActorUnavailableError as exc:
             self._unavailable(rank, generation, first_line(exc))
         except ray.exceptions.RayActorError as exc:
@@ -157,9 +156,10 @@ class _SupervisedCall:
             self.failed[rank] = f"unavailable on node {self.supervisor.ranks()[rank].node_id or '?'}: {cause}"
             return
         now = time.monotonic()
-        lasted = self.unavailable.unavailable((rank, generation), now)
-        if lasted is not None:
-            self._rank_failed(rank, generation, FailureReason.HUNG, f"unavailable for {lasted:.0f}s: {cause}")
+        since = self.unavailable_since.setdefault((rank, generation), now)
+        if now - since >= self.unavailable_timeout_s:
+            del self.unavailable_since[(rank, generation)]
+            self._rank_failed(rank, generation, FailureReason.HUNG, f"unavailable for {now - since:.0f}s: {cause}")
             return
         # The same incarnation again (or its replacement, if the supervisor judged it meanwhile), after a pause.
         self.awaiting[rank] = _Awaiting(generation - 1, None, now, not_before=now + self.poll_s)

@@ -45,7 +45,7 @@ from .restart_policy import (
     decide,
 )
 from .standby import BundleRef, Replacement, ReplacementKind, free_bundles, plan_replacements, standby_bundles
-from .transient import UnavailableClock, is_transient
+from .transient import is_transient
 from .worker import Worker, arm_sentinel, send_probe
 
 __all__ = [
@@ -205,7 +205,7 @@ class GroupSupervisor:
         self._sentinels: dict[Any, tuple[int, int]] = {}
         self._probes: dict[Any, tuple[int, int, float]] = {}
         self._next_probe: dict[int, float] = {}
-        self._unavailable = UnavailableClock(self.config.probe_timeout_s)  # by rank
+        self._unavailable_since: dict[int, float] = {}  # rank -> first "unavailable" answer in a row
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # Standbys, keyed by bundle: ready ones with their node, starting ones with their readiness call.
@@ -443,7 +443,7 @@ class GroupSupervisor:
             except ray.exceptions.RayError as exc:
                 return [_Pending(Failure(rank, FailureReason.DIED, first_line(exc), self._ranks[rank].node_id), now, None)]
             if gen == self._ranks[rank].generation:
-                self._unavailable.answered(rank)
+                self._unavailable_since.pop(rank, None)
                 self._arm(rank)
             return []
         rank, gen, _sent = self._probes.pop(ref)
@@ -460,7 +460,7 @@ class GroupSupervisor:
         except ray.exceptions.RayError:
             return []
         if gen == self._ranks[rank].generation:
-            self._unavailable.answered(rank)
+            self._unavailable_since.pop(rank, None)
             with self._cond:
                 self._ranks[rank].node_id = info.get("node_id", self._ranks[rank].node_id)
         return []
@@ -468,10 +468,11 @@ class GroupSupervisor:
     def _still_unavailable(self, rank: int, gen: int, now: float, cause: str) -> _Pending | None:
         """A rank Ray calls unavailable is transient for at most ``probe_timeout_s``, then hung (a
         rank behind a partition must be judged too)."""
-        lasted = self._unavailable.unavailable(rank, now)
-        if lasted is None:
+        since = self._unavailable_since.setdefault(rank, now)
+        if now - since < self.config.probe_timeout_s:
             return None
-        detail = f"unavailable for {lasted:.0f}s: {cause}"
+        del self._unavailable_since[rank]
+        detail = f"unavailable for {now - since:.0f}s: {cause}"
         return _Pending(Failure(rank, FailureReason.HUNG, detail, self._ranks[rank].node_id), now, None, gen)
 
     def _expired_probes(self) -> list[_Pending]:
@@ -615,7 +616,7 @@ class GroupSupervisor:
             for r in ranks:
                 self._ranks[r].generation += 1
                 self._ranks[r].state = WorkerState.RUNNING
-                self._unavailable.answered(r)
+                self._unavailable_since.pop(r, None)
             self._state = GroupState.RUNNING
             self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] not in ranks}
             self._probes = {ref: v for ref, v in self._probes.items() if v[0] not in ranks}

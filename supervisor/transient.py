@@ -9,9 +9,7 @@ starts. None of these says the group cannot run; an exhausted restart budget doe
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
-__all__ = ["is_transient", "UnavailableClock"]
+__all__ = ["is_transient"]
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -30,29 +28,3 @@ def is_transient(exc: BaseException) -> bool:
         ray.exceptions.ObjectLostError,
     )
     return isinstance(exc, transient)
-
-
-class UnavailableClock:
-    """How long each rank (or incarnation: any key) has answered "unavailable" in a row.
-
-    Ray's ``ActorUnavailableError`` means unreachable, not known dead (a partition, a busy raylet):
-    transient for at most ``limit_s``, after which the rank is hung. One rule for the supervisor's
-    sentinels and probes and for supervised calls.
-    """
-
-    def __init__(self, limit_s: float) -> None:
-        self.limit_s = limit_s
-        self._since: dict[Hashable, float] = {}
-
-    def unavailable(self, key: Hashable, now: float) -> float | None:
-        """Note one "unavailable" answer; returns how long it has lasted once that exceeds the limit
-        (and starts over for the key), else None."""
-        since = self._since.setdefault(key, now)
-        if now - since < self.limit_s:
-            return None
-        del self._since[key]
-        return now - since
-
-    def answered(self, key: Hashable) -> None:
-        """The key answered (or was replaced): its next "unavailable" starts a new run."""
-        self._since.pop(key, None)

@@ -209,18 +209,6 @@ def test_transient_errors_of_a_recovery_step():
         assert not is_transient(exc), exc
 
 
-def test_unavailable_is_transient_for_a_while_per_key():
-    from supervisor.transient import UnavailableClock
-
-    clock = UnavailableClock(limit_s=10.0)
-    assert clock.unavailable(1, now=0.0) is None and clock.unavailable(1, now=9.9) is None
-    assert clock.unavailable(2, now=5.0) is None  # each key on its own clock
-    assert clock.unavailable(1, now=10.0) == 10.0  # hung: and the next run starts over
-    assert clock.unavailable(1, now=11.0) is None
-    clock.answered(2)  # an answer ends the run
-    assert clock.unavailable(2, now=16.0) is None and clock.unavailable(2, now=25.0) is None
-
-
 def test_zero_budget_never_restarts():
     assert decide([Failure(0, DIED_)], [], 1, RestartPolicy(max_restarts=0), now=0.0).kind is DecisionKind.ESCALATE
 
