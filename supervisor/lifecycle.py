@@ -33,9 +33,13 @@ from .pool import ResourcePool
 from .standby import BundleRef
 from .worker import send_probe
 
-__all__ = ["create_group", "adopt_group", "init_group", "InitGroupError", "ActorStartError"]
+__all__ = ["create_group", "adopt_group", "init_group", "InitGroupError", "ActorStartError", "ACTOR_START_TIMEOUT_S"]
 
 log = get_logger("lifecycle")
+
+
+# How long a new actor may take to come up once its bundle is ready (its constructor, imports).
+ACTOR_START_TIMEOUT_S = 120.0
 
 
 class ActorStartError(SupervisorError):
@@ -62,7 +66,7 @@ def create_group(
     namespace: str = DEFAULT_NAMESPACE,
     resource_timeout_s: float | None = 600.0,
     progress_interval_s: float = 10.0,
-    actor_start_timeout_s: float = 120.0,
+    actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S,
     autoscaling: bool = False,
     hooks: LifecycleHooks | None = None,
 ) -> WorkerGroup:
@@ -116,7 +120,7 @@ def adopt_group(
     master_addr: str | None,
     master_port: int | None,
     worker_env: dict[str, str] | None = None,
-    actor_start_timeout_s: float = 120.0,
+    actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S,
     hooks: LifecycleHooks | None = None,
     placement: GroupPlacement | None = None,
 ) -> tuple[WorkerGroup, list[int]]:

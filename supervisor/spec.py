@@ -44,6 +44,7 @@ from .layout import (
     spare_bundle_count,
     validate_name_prefix,
 )
+from .lifecycle import ACTOR_START_TIMEOUT_S
 from .ownership import namespace_of, pool_prefix_of
 from .pool import PlacementStrategy, ResourcePool
 from .restart_policy import RestartPolicy, RestartStrategy
@@ -144,7 +145,7 @@ class GroupSpec:
     cpus_per_worker: float = 1.0  # reserved in the bundle (Ray's num_cpus)
     gpus_per_worker: float | None = None  # reserved in the bundle; None: 1/max_colocate_count of the pool
     data_processes_per_worker: int = 0  # processes each worker starts itself (data loaders), ~1 CPU each
-    actor_start_timeout_s: float = 120.0
+    actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S
     init_method: str | None = None
     init_kwargs: dict[str, Any] = field(default_factory=dict)
     # The defaults are the library's own (one place each: InitPolicy, RestartPolicy, SupervisionConfig).
@@ -191,6 +192,7 @@ class GroupSpec:
             call_timeout_s=self.call_timeout_s,
             in_flight=self.in_flight,
             standbys=self.standbys,
+            actor_start_timeout_s=self.actor_start_timeout_s,
         )
 
 

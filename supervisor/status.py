@@ -143,7 +143,8 @@ def _supervisor_status(
         world = len(g.actor_names)
         if alive and g.ranks:
             counts = Counter(WorkerState(r.state) for r in g.ranks)
-            running, restarting, failed = counts[WorkerState.RUNNING], counts[WorkerState.RESTARTING], counts[WorkerState.FAILED]
+            running, failed = counts[WorkerState.RUNNING], counts[WorkerState.FAILED]
+            restarting = counts[WorkerState.RESTARTING] + counts[WorkerState.INITIALIZING]  # on their way back
         else:
             running = sum(1 for n in g.actor_names if (record.namespace, n) in live_actors)
             restarting, failed = 0, world - running

@@ -178,9 +178,9 @@ def test_standby_options_are_checked_before_supervising(ray_cluster, no_leaks):
 def test_a_constructor_that_needs_the_rank_stops_standbys_after_three_tries(ray_cluster, no_leaks):
     part = pool, group, sup = _supervised(ONE_NODE, [1], capacity_factor=2.0, standbys=1, cls=RankDependentWorker)
     try:
-        _wait(lambda: sup._standby_failures >= 3, what="three failed standbys")
+        _wait(lambda: sup.standby.consecutive_failures >= 3, what="three failed standbys")
         time.sleep(1.0)
-        assert sup._standby_failures == 3 and not group.standbys
+        assert sup.standby.consecutive_failures == 3 and not group.standbys
         assert group.generate(_batch(2)).batch["ids"].tolist() == [0, 1]  # the group itself runs on
         assert group.all_bundles() == [BundleRef(0, 0), BundleRef(1, 0)]
     finally:

@@ -365,8 +365,6 @@ def test_a_recovery_step_that_times_out_is_retried_and_charged_not_fatal(ray_clu
     try:
         blocker = _lose_a_node_with_no_spare(ray_cluster, pool)
         # Each wait for the lost bundles gives up after 1 s: a transient error, retried with backoff.
-        # (The two lost ranks may be detected in one pass or in two: today the second one waits for
-        # the first one's recovery.)
         _wait(lambda: max(r.restarts for r in sup.ranks()) >= 3, timeout_s=60, what="retried recovery attempts")
         assert sup.state is GroupState.RECOVERING
         remove_placement_group(blocker)  # capacity comes back
@@ -399,7 +397,10 @@ def test_retries_of_a_recovery_stop_at_the_restart_budget(ray_cluster, tmp_path,
     blocker = _lose_a_node_with_no_spare(ray_cluster, pool)
     try:
         _wait(lambda: sup.state is GroupState.FAILED, timeout_s=60, what="the budget to run out")
-        assert "restart budget exhausted while retrying the replacement of rank(s) [0, 1]" in str(sup.failure)
+        # Both ranks of the lost node were seen and retried side by side, each attempt a restart.
+        message = str(sup.failure)
+        assert "restart budget exhausted" in message
+        assert "rank 0 node_lost" in message and "rank 1 node_lost" in message, message
         assert len(sup.restart_history()) <= 6
     finally:
         remove_placement_group(blocker)

@@ -1,0 +1,75 @@
+"""How a group is supervised: the knobs of detection, recovery and in-flight calls (one place for
+their defaults)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..init_policy import InitPolicy
+from ..lifecycle import ACTOR_START_TIMEOUT_S
+from ..restart_policy import RestartPolicy
+
+__all__ = ["InFlightPolicy", "SupervisionConfig", "RECOVERY_RETRY_MIN_S", "STANDBY_FAILURE_LIMIT"]
+
+# Shortest wait before a recovery step that failed for a transient reason is tried again (the
+# policy's backoff may be 0: a GCS that answers late must not be hammered).
+RECOVERY_RETRY_MIN_S = 0.5
+
+# Standbys that die before they are ready, in a row, after which no more are started (their
+# constructor most likely depends on the rank, or cannot run in a spare bundle).
+STANDBY_FAILURE_LIMIT = 3
+
+
+class InFlightPolicy(enum.Enum):
+    """What a blocking group call does when one of its ranks dies while it runs.
+
+    RETRY: wait for the replacement and run that rank's shard again on it (idempotent methods only).
+    RAISE: raise :class:`~supervisor.supervised_call.WorkerFailedError` with the survivors' results.
+    """
+
+    RETRY = "retry"
+    RAISE = "raise"
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    """How a group is supervised.
+
+    Attributes:
+        restart: strategy, restart budget and backoff.
+        init_method: worker method re-run on replacements (and on every rank when rank 0 is replaced).
+        init_args, init_kwargs: its arguments.
+        init_policy: strict per-rank timeout and attempts for that init.
+        probe_period_s, probe_timeout_s: health probe cadence and the timeout after which a rank is
+            hung. A rank Ray reports unavailable (unreachable, not known dead), or whose death the GCS
+            has not confirmed, is given ``probe_timeout_s`` too.
+        call_timeout_s: a blocking group call not answered by a rank within this is a hang (None: no limit).
+        in_flight: outcome of calls in flight when a rank dies (None: RETRY for methods registered
+            ``idempotent=True``, RAISE otherwise; a method's own ``on_rank_failure`` wins).
+        bundle_wait_timeout_s: how long to wait for a lost node's bundles to be re-placed.
+        actor_start_timeout_s: how long a replacement actor may take to come up (its constructor).
+        poll_interval_s: longest a supervision pass blocks (bounds the reaction to reports and stop()).
+        sentinel_hold_s: how long one sentinel call stays outstanding before it is re-armed.
+        standbys: pre-started actors kept in free bundles (the pool's spares) to take over failed
+            ranks; needs a :class:`~supervisor.worker.Worker` subclass whose constructor does not
+            depend on the rank (rank-dependent setup belongs in ``init_method``).
+        standby_check_s: how often missing standbys are looked for free, placed bundles.
+    """
+
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    init_method: str | None = None
+    init_args: tuple[Any, ...] = ()
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    init_policy: InitPolicy = field(default_factory=InitPolicy)
+    probe_period_s: float = 5.0
+    probe_timeout_s: float = 10.0
+    call_timeout_s: float | None = None
+    in_flight: InFlightPolicy | None = None
+    bundle_wait_timeout_s: float | None = 600.0
+    actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S
+    poll_interval_s: float = 0.25
+    sentinel_hold_s: float = 30.0
+    standbys: int = 0
+    standby_check_s: float = 2.0

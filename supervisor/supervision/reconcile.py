@@ -1,0 +1,413 @@
+"""The pure core of a group's reconcile loop: the whole observed state in, the whole next plan out.
+
+:func:`decide` folds what was observed since the last pass (failures, finished recovery tasks, where
+bundles and standbys are) into the group's :class:`LoopState` and derives everything to do next:
+which ranks failed and why, which to replace now and where, which wait for a backoff, when the init
+step runs and on which ranks, when the group escalates. It calls no Ray and reads no clock, so it is
+stepped in tests with a fake clock and random failure sequences.
+
+Level-based: a plan records its own effects in the state it returns (a rank being replaced is
+RESTARTING, an init in flight is owned by a task), so deciding again on that state with nothing new
+observed plans nothing twice.
+
+Recovery is split in two kinds of task so that the ranks of one failure recover side by side:
+
+* a *replacement* per rank (wait for its bundle, start its actor): replacements overlap;
+* one *init* at a time over every rank whose actor is up (the init method is collective, and a new
+  rank 0 means a new rendezvous for every rank): it starts once no replacement is in flight, so the
+  ranks of one node loss initialise together.
+
+Every replacement started for a failed rank is one restart against the budget (a retry after a
+transient error too); ranks rebuilt only because of others (one_for_all) are not charged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..restart_policy import (
+    Failure,
+    FailureReason,
+    RestartRecord,
+    RestartStrategy,
+    budget_allows,
+    restarts_in_window,
+)
+from ..standby import BundleRef, Replacement, plan_replacements
+from .config import RECOVERY_RETRY_MIN_S, SupervisionConfig
+from .states import GroupState, WorkerState, check_group_transition, check_rank_transition
+
+__all__ = [
+    "RankView", "LoopState", "RankFailed", "ReplacementDone", "InitDone", "PlacementSeen", "Observation",
+    "RankMove", "InitOrder", "Plan", "decide", "initial_state",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RankView:
+    """What the loop knows of one rank.
+
+    Attributes:
+        failure: what the rank is being recovered from (None while it runs).
+        failed_at: when that failure was observed (loop clock).
+        not_before: FAILED: earliest start of its replacement (backoff).
+        charged: its replacements count against the budget (False: rebuilt because of another rank).
+        replaced: runs a new actor that has not served yet (its generation changes when it runs).
+        in_task: a recovery task owns the rank now (its replacement, or the init it is part of).
+    """
+
+    rank: int
+    state: WorkerState = WorkerState.RUNNING
+    failure: Failure | None = None
+    failed_at: float = 0.0
+    not_before: float = 0.0
+    charged: bool = True
+    replaced: bool = False
+    in_task: bool = False
+
+
+@dataclass(frozen=True)
+class LoopState:
+    group: GroupState
+    ranks: tuple[RankView, ...]
+    history: tuple[RestartRecord, ...] = ()
+    rendezvous_stale: bool = False  # rank 0 runs a new rendezvous that the other ranks have not learnt
+    init_running: bool = False
+    init_not_before: float = 0.0  # after a transient init error
+    failure: str | None = None
+
+
+def initial_state(world_size: int, history: Sequence[RestartRecord] = ()) -> LoopState:
+    return LoopState(GroupState.RUNNING, tuple(RankView(r) for r in range(world_size)), tuple(history))
+
+
+# -- observations -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RankFailed:
+    """A running rank's current incarnation failed (the observer already dropped stale reports)."""
+
+    failure: Failure
+
+
+@dataclass(frozen=True)
+class ReplacementDone:
+    """A replacement task ended: the actor is up (``error`` and ``fatal`` None), or it failed for a
+    transient reason (``error``: tried again), or for good (``fatal``: the group fails)."""
+
+    rank: int
+    error: str | None = None
+    fatal: str | None = None
+
+
+@dataclass(frozen=True)
+class InitDone:
+    """The init task ended. ``rebuilt``: ranks it had to replace itself (a survivor that could not take
+    the new rendezvous, an init that failed and was retried on a fresh actor), with why and how often."""
+
+    ranks: tuple[int, ...]
+    rebuilt: Mapping[int, tuple[FailureReason, int]] = field(default_factory=dict)
+    error: str | None = None
+    fatal: str | None = None
+
+
+@dataclass(frozen=True)
+class PlacementSeen:
+    """Where the group's bundles and ready standbys are now (for choosing where replacements go)."""
+
+    rank_bundles: Mapping[int, BundleRef]
+    bundle_nodes: Mapping[BundleRef, str | None]
+    standbys: Mapping[BundleRef, str]
+    free: tuple[BundleRef, ...]
+
+
+Observation = RankFailed | ReplacementDone | InitDone | PlacementSeen
+
+
+# -- the plan -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RankMove:
+    rank: int
+    source: WorkerState
+    target: WorkerState
+    failure: Failure | None  # the failure the rank is being recovered from
+    new_failure: bool = False  # the move records a failure just observed (not a retry)
+
+
+@dataclass(frozen=True)
+class InitOrder:
+    """Run on ``ranks``: first the new rendezvous (``propagate``: to every rank but 0), then the init method."""
+
+    ranks: tuple[int, ...]
+    propagate: bool
+    run_init: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    state: LoopState  # the state once the plan is carried out
+    moves: tuple[RankMove, ...] = ()
+    restarts: tuple[RestartRecord, ...] = ()  # charged now (replacements started, ranks the init rebuilt)
+    replacements: tuple[Replacement, ...] = ()  # start these replacement tasks
+    init: InitOrder | None = None  # start this init task
+    serving: tuple[int, ...] = ()  # ranks that run again (their sentinels are re-armed)
+    renewed: tuple[int, ...] = ()  # those of them that run a new actor (a new generation)
+    escalation: str | None = None  # the group is FAILED, because of this
+    wake_at: float | None = None  # the earliest backoff that ends (nothing is due before)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.moves or self.restarts or self.replacements or self.init or self.serving or self.escalation
+        )
+
+
+def decide(
+    state: LoopState, observations: Sequence[Observation], config: SupervisionConfig, now: float
+) -> Plan:
+    """The next plan for a group, from its state and what was observed since the last pass (pure)."""
+    if state.group.is_terminal:
+        return Plan(state)
+    return _Planner(state, config, now).plan(observations)
+
+
+class _Planner:
+    def __init__(self, state: LoopState, config: SupervisionConfig, now: float) -> None:
+        self.config, self.policy, self.now = config, config.restart, now
+        self.ranks = {v.rank: v for v in state.ranks}
+        self.history = list(state.history)
+        self.rendezvous_stale, self.init_running, self.init_not_before = (
+            state.rendezvous_stale,
+            state.init_running,
+            state.init_not_before,
+        )
+        self.group = state.group
+        self.moves: list[RankMove] = []
+        self.restarts: list[RestartRecord] = []
+        self.serving: list[int] = []
+        self.renewed: list[int] = []
+        self.escalation: str | None = None
+        self.placement: PlacementSeen | None = None
+
+    def plan(self, observations: Sequence[Observation]) -> Plan:
+        new_failures: list[Failure] = []
+        for obs in observations:
+            if isinstance(obs, RankFailed):
+                if self._fail(obs.failure):
+                    new_failures.append(obs.failure)
+            elif isinstance(obs, ReplacementDone):
+                self._replacement_done(obs)
+            elif isinstance(obs, InitDone):
+                self._init_done(obs)
+            elif isinstance(obs, PlacementSeen):
+                self.placement = obs
+        if new_failures and self.policy.strategy is RestartStrategy.ONE_FOR_ALL:
+            self._rebuild_the_others(new_failures)
+        replacements: list[Replacement] = []
+        init: InitOrder | None = None
+        if self.escalation is None:
+            replacements = self._start_replacements()
+        if self.escalation is None:
+            init = self._start_init()
+        return self._finish(replacements, init)
+
+    # -- folding observations -------------------------------------------------------------------
+    def _move(self, rank: int, target: WorkerState, new_failure: bool = False, **changes: object) -> None:
+        view = self.ranks[rank]
+        check_rank_transition(rank, view.state, target)
+        updated = dataclasses.replace(view, state=target, **changes)  # type: ignore[arg-type]
+        self.ranks[rank] = updated
+        self.moves.append(RankMove(rank, view.state, target, updated.failure, new_failure))
+
+    def _backoff(self, rank: int, at_least: float = 0.0) -> float:
+        window_start = self.now - self.policy.restart_window_s
+        consecutive = sum(1 for r in self.history if r.rank == rank and r.at >= window_start)
+        return max(at_least, self.policy.backoff_s(consecutive + 1))
+
+    def _fail(self, failure: Failure) -> bool:
+        if self.ranks[failure.rank].state is not WorkerState.RUNNING:
+            return False  # already being recovered: one failure, one recovery
+        self._move(failure.rank, WorkerState.FAILED, new_failure=True, failure=failure, failed_at=self.now, charged=True,
+                   not_before=self.now + self._backoff(failure.rank))  # fmt: skip
+        return True
+
+    def _rebuild_the_others(self, failures: list[Failure]) -> None:
+        trigger = min(failures, key=lambda f: f.rank)
+        not_before = max(self.ranks[f.rank].not_before for f in failures)
+        for view in list(self.ranks.values()):
+            if view.state is WorkerState.RUNNING:
+                collateral = Failure(
+                    view.rank, trigger.reason, f"rebuilt with rank {trigger.rank} (one_for_all)", None
+                )
+                self._move(
+                    view.rank,
+                    WorkerState.FAILED,
+                    failure=collateral,
+                    failed_at=self.now,
+                    charged=False,
+                    not_before=not_before,
+                )
+
+    def _replacement_done(self, done: ReplacementDone) -> None:
+        view = self.ranks[done.rank]
+        if view.state is not WorkerState.RESTARTING:
+            return  # stale (the group was stopped and supervised again)
+        if done.fatal is not None:
+            self._escalate(done.fatal)
+            self.ranks[done.rank] = dataclasses.replace(view, in_task=False)
+            return
+        if done.error is not None:
+            assert view.failure is not None
+            retried = dataclasses.replace(view.failure, detail=done.error)
+            self._move(done.rank, WorkerState.FAILED, failure=retried, in_task=False,
+                       not_before=self.now + self._backoff(done.rank, at_least=RECOVERY_RETRY_MIN_S))  # fmt: skip
+            return
+        self._move(done.rank, WorkerState.INITIALIZING, in_task=False, replaced=True)
+        if done.rank == 0:
+            self.rendezvous_stale = True
+
+    def _init_done(self, done: InitDone) -> None:
+        self.init_running = False
+        for r in done.ranks:
+            self.ranks[r] = dataclasses.replace(self.ranks[r], in_task=False)
+        if done.fatal is not None:
+            self._escalate(done.fatal)
+            return
+        if done.error is not None:  # transient: the same ranks try again, each attempt a restart
+            self.init_not_before = self.now + max(RECOVERY_RETRY_MIN_S, self.policy.backoff_s(2))
+            charged = [RestartRecord(min(done.ranks), FailureReason.INIT_FAILED, self.now)]
+            if not budget_allows(self.history, len(charged), self.policy, self.now):
+                self._escalate(
+                    self._budget_message(f"the init of rank(s) {list(done.ranks)} kept failing: {done.error}")
+                )
+                return
+            self._charge(charged)
+            return
+        self._charge(
+            [
+                RestartRecord(r, reason, self.now)
+                for r, (reason, n) in sorted(done.rebuilt.items())
+                for _ in range(n)
+            ]
+        )
+        for r in done.ranks:
+            if self.ranks[r].state is WorkerState.INITIALIZING:
+                self._serve(r, replaced=self.ranks[r].replaced or r in done.rebuilt)
+
+    def _serve(self, rank: int, replaced: bool) -> None:
+        self._move(rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True)
+        self.serving.append(rank)
+        if replaced:
+            self.renewed.append(rank)
+
+    def _charge(self, records: list[RestartRecord]) -> None:
+        self.history += records
+        self.restarts += records
+
+    def _escalate(self, message: str) -> None:
+        if self.escalation is None:
+            self.escalation = message
+
+    def _budget_message(self, what: str) -> str:
+        in_window = restarts_in_window(self.history, self.policy, self.now)
+        return (
+            f"restart budget exhausted: {in_window} restart(s) in the last {self.policy.restart_window_s:g}s "
+            f"(max_restarts={self.policy.max_restarts}); {what}"
+        )
+
+    # -- what to start --------------------------------------------------------------------------
+    def _start_replacements(self) -> list[Replacement]:
+        due = sorted(
+            r for r, v in self.ranks.items() if v.state is WorkerState.FAILED and v.not_before <= self.now
+        )
+        if not due or self.placement is None:  # the loop observes the placement whenever a rank is FAILED
+            return []
+        charged = [RestartRecord(r, self._reason(r), self.now) for r in due if self.ranks[r].charged]
+        if not budget_allows(self.history, len(charged), self.policy, self.now):
+            failing = [
+                v
+                for v in sorted(self.ranks.values(), key=lambda v: v.rank)
+                if v.failure is not None and v.charged
+            ]
+            causes = "; ".join(
+                f"rank {v.rank} {v.failure.reason.value}"
+                + (f" ({v.failure.detail})" if v.failure.detail else "")
+                for v in failing
+                if v.failure
+            )
+            self._escalate(self._budget_message(f"failed: {causes}"))
+            return []
+        self._charge(charged)
+        plan = self._where(due)
+        for replacement in plan:
+            self._move(replacement.rank, WorkerState.RESTARTING, in_task=True)
+        return plan
+
+    def _reason(self, rank: int) -> FailureReason:
+        failure = self.ranks[rank].failure
+        return failure.reason if failure is not None else FailureReason.DIED
+
+    def _where(self, ranks: list[int]) -> list[Replacement]:
+        seen = self.placement
+        assert seen is not None
+        return plan_replacements(ranks, seen.rank_bundles, seen.bundle_nodes, seen.standbys, seen.free)
+
+    def _start_init(self) -> InitOrder | None:
+        if self.init_running or self.now < self.init_not_before:
+            return None
+        if any(v.state is WorkerState.RESTARTING for v in self.ranks.values()):
+            return None  # the ranks of one failure initialise together
+        waiting = sorted(
+            r for r, v in self.ranks.items() if v.state is WorkerState.INITIALIZING and not v.in_task
+        )
+        if not waiting:
+            return None
+        run_init = self.config.init_method is not None
+        if not run_init and not self.rendezvous_stale:
+            for r in waiting:  # nothing to run: they serve as soon as their actor is up
+                self._serve(r, replaced=self.ranks[r].replaced)
+            return None
+        ranks = waiting
+        if self.rendezvous_stale:  # every live rank learns the new rendezvous (and re-runs init)
+            for r, v in sorted(self.ranks.items()):
+                if v.state is WorkerState.RUNNING:
+                    self._move(r, WorkerState.INITIALIZING)
+            ranks = sorted(
+                r for r, v in self.ranks.items() if v.state is WorkerState.INITIALIZING and not v.in_task
+            )
+        for r in ranks:
+            self.ranks[r] = dataclasses.replace(self.ranks[r], in_task=True)
+        order = InitOrder(tuple(ranks), propagate=self.rendezvous_stale, run_init=run_init)
+        self.rendezvous_stale = False
+        self.init_running = True
+        return order
+
+    # -- the resulting state --------------------------------------------------------------------
+    def _finish(self, replacements: list[Replacement], init: InitOrder | None) -> Plan:
+        ranks = tuple(self.ranks[r] for r in sorted(self.ranks))
+        if self.escalation is not None:
+            target = GroupState.FAILED
+        elif all(v.state is WorkerState.RUNNING for v in ranks):
+            target = GroupState.RUNNING
+        else:
+            target = GroupState.RECOVERING
+        check_group_transition(self.group, target)
+        backoffs = [v.not_before for v in ranks if v.state is WorkerState.FAILED and v.not_before > self.now]
+        if self.init_not_before > self.now and any(
+            v.state is WorkerState.INITIALIZING and not v.in_task for v in ranks
+        ):
+            backoffs.append(self.init_not_before)
+        state = LoopState(
+            target,
+            ranks,
+            tuple(self.history),
+            self.rendezvous_stale,
+            self.init_running,
+            self.init_not_before,
+            self.escalation,
+        )
+        return Plan(
+            state, tuple(self.moves), tuple(self.restarts), tuple(replacements), init, tuple(self.serving), tuple(self.renewed),
+            self.escalation, min(backoffs) if backoffs else None,
+        )  # fmt: skip

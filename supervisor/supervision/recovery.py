@@ -1,0 +1,246 @@
+"""Recovery tasks: the Ray side effects a plan starts, each on a thread the supervisor owns.
+
+A :class:`ReplacementTask` puts one rank's new actor in place (a standby takes over, or a fresh actor
+goes into a spare bundle or, once Ray has re-placed it, the rank's own bundle) and waits until the
+actor answers. An :class:`InitTask` gives the ranks of a recovery the new rendezvous and runs the init
+method on them. Each returns its outcome as an observation (:mod:`.reconcile`); an error is judged
+here, once (:func:`~supervisor.transient.is_transient`): transient ones are retried by the loop and
+charged to the restart budget, others fail the group.
+
+:class:`TaskRunner` owns the threads: it reports each outcome to the loop, and :meth:`TaskRunner.stop`
+tells every task to stop and joins them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import first_line, ray_error_line
+from ..init_policy import failures_per_rank
+from ..lifecycle import InitGroupError, init_group
+from ..log import get_logger
+from ..restart_policy import FailureReason
+from ..standby import Replacement, ReplacementKind
+from ..transient import is_transient
+from ..worker import send_probe
+from .config import SupervisionConfig
+from .reconcile import InitDone, InitOrder, Observation, ReplacementDone
+
+if TYPE_CHECKING:
+    from ..group import WorkerGroup
+    from ..hooks import LifecycleHooks
+
+__all__ = ["TaskRunner", "ReplacementTask", "InitTask", "RecoveryStopped", "BundleWaiter"]
+
+log = get_logger("recovery")
+
+
+class RecoveryStopped(Exception):
+    """The supervisor stopped while a task waited."""
+
+
+class TaskRunner:
+    """Runs recovery tasks on threads and hands their outcomes to ``report``."""
+
+    def __init__(self, group_name: str, report: Callable[[Observation], None]) -> None:
+        self.group_name = group_name
+        self.report = report
+        self.stopping = threading.Event()
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def start(self, name: str, task: Callable[[], Observation]) -> None:
+        def run() -> None:
+            try:
+                outcome = task()
+            except RecoveryStopped:
+                return
+            except BaseException:  # a bug in a task: fail loudly through the loop, never hang it
+                log.exception("recovery_task_crashed", group=self.group_name, task=name)
+                raise
+            finally:
+                with self._lock:
+                    self._threads.pop(name, None)
+            if not self.stopping.is_set():
+                self.report(outcome)
+
+        thread = threading.Thread(target=run, name=f"recovery-{self.group_name}-{name}", daemon=True)
+        with self._lock:
+            self._threads[name] = thread
+        thread.start()
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(self._threads)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, unless the supervisor stops first (then raise :class:`RecoveryStopped`)."""
+        if self.stopping.wait(seconds):
+            raise RecoveryStopped()
+
+    def stop(self, timeout_s: float) -> list[str]:
+        """Tell every task to stop and wait for them; returns the tasks still running after ``timeout_s``
+        (blocked in a Ray call that ends at its own timeout)."""
+        self.stopping.set()
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return self.running()
+
+
+@dataclass
+class BundleWaiter:
+    """Waits until Ray has re-placed a lost node's bundles, saying what it waits for every 5 s."""
+
+    group: WorkerGroup
+    config: SupervisionConfig
+    runner: TaskRunner
+    report_progress: Callable[[float], None]
+
+    def wait(self, pg_indexes: list[int]) -> None:
+        from ray.util import placement_group_table
+
+        started = time.monotonic()
+        next_report = started + 5.0
+        while True:
+            try:
+                states = {i: placement_group_table(self.group._pgs[i]).get("state") for i in pg_indexes}
+            except Exception as exc:  # transient GCS error: look again next round
+                states = {i: f"unknown ({type(exc).__name__})" for i in pg_indexes}
+            if all(s == "CREATED" for s in states.values()):
+                return
+            waited = time.monotonic() - started
+            timeout = self.config.bundle_wait_timeout_s
+            if timeout is not None and waited > timeout:
+                raise TimeoutError(f"placement groups {states} not re-placed after {waited:.0f}s")
+            if time.monotonic() >= next_report:
+                log.info(
+                    "waiting_for_bundles",
+                    group=self.group.name,
+                    placement_groups=states,
+                    waited_s=round(waited, 1),
+                )
+                self.report_progress(waited)
+                next_report = time.monotonic() + 5.0
+            self.runner.sleep(0.1)
+
+
+@dataclass
+class ReplacementTask:
+    """Put a new actor in place for one rank and wait until it answers."""
+
+    replacement: Replacement
+    group: WorkerGroup
+    config: SupervisionConfig
+    hooks: LifecycleHooks
+    bundles: BundleWaiter
+
+    def __call__(self) -> ReplacementDone:
+        rank = self.replacement.rank
+        try:
+            handle = self._place()
+            info = _ask_node(handle, self.config.actor_start_timeout_s, f"replacement of rank {rank}")
+            self.group.rank_nodes[rank] = info
+            return ReplacementDone(rank)
+        except RecoveryStopped:
+            raise
+        except Exception as exc:
+            if is_transient(exc):
+                return ReplacementDone(rank, error=ray_error_line(exc))
+            return ReplacementDone(
+                rank, fatal=f"replacement of rank {rank} failed: {type(exc).__name__}: {exc}"
+            )
+
+    def _place(self) -> Any:
+        group, replacement, rank = self.group, self.replacement, self.replacement.rank
+        if replacement.kind is ReplacementKind.STANDBY:
+            standby = group.standbys.get(replacement.bundle)
+            try:
+                return group.take_over(rank, replacement.bundle, timeout_s=self.config.probe_timeout_s)
+            except (
+                Exception
+            ) as exc:  # the standby died meanwhile: fall back to a fresh actor in the own bundle
+                name = standby.name if standby is not None else str(replacement.bundle)
+                self.hooks.on_standby_failed(
+                    group.name, name, f"take-over of rank {rank} failed: {ray_error_line(exc)}"
+                )
+            self.bundles.wait([group.rank_bundles[rank].pg_index])
+            return group.replace_worker(rank)
+        if replacement.kind is ReplacementKind.SPARE_BUNDLE:
+            log.info(
+                "replacement_to_spare_bundle",
+                group=group.name,
+                rank=rank,
+                bundle=f"{replacement.bundle.pg_index}:{replacement.bundle.bundle_index}",
+            )
+            return group.replace_worker(rank, bundle=replacement.bundle)
+        self.bundles.wait([group.rank_bundles[rank].pg_index])
+        return group.replace_worker(rank)
+
+
+@dataclass
+class InitTask:
+    """Give ``order.ranks`` the new rendezvous (when rank 0 changed) and run the init method on them."""
+
+    order: InitOrder
+    group: WorkerGroup
+    config: SupervisionConfig
+    hooks: LifecycleHooks
+    runner: TaskRunner
+
+    def __call__(self) -> InitDone:
+        group, cfg, order = self.group, self.config, self.order
+        rebuilt: dict[int, tuple[FailureReason, int]] = {}
+        try:
+            if order.propagate:
+                # A rank that cannot take the new rendezvous (dead or stuck) is replaced with it.
+                for r in group.propagate_rendezvous([r for r in order.ranks if r != 0]):
+                    self.hooks.on_worker_replaced(group.name, r, FailureReason.DIED.value)
+                    rebuilt[r] = (FailureReason.DIED, 1)
+                assert group._rendezvous is not None
+                self.hooks.on_rendezvous_changed(
+                    group.name, group._rendezvous.master_addr, group._rendezvous.master_port
+                )
+            if order.run_init and cfg.init_method:
+                attempts = init_group(
+                    group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, self.hooks,
+                    sleep=self.runner.sleep, ranks=list(order.ranks), kill_on_failure=False,
+                )  # fmt: skip
+                for r, n in failures_per_rank(attempts).items():  # init_group replaced them: restarts too
+                    rebuilt[r] = (
+                        FailureReason.INIT_FAILED,
+                        rebuilt.get(r, (FailureReason.INIT_FAILED, 0))[1] + n,
+                    )
+            return InitDone(order.ranks, rebuilt)
+        except RecoveryStopped:
+            raise
+        except InitGroupError as exc:
+            return InitDone(
+                order.ranks,
+                rebuilt,
+                fatal=f"replacement of rank(s) {list(order.ranks)} failed to initialise: {exc}",
+            )
+        except Exception as exc:
+            if is_transient(exc):
+                return InitDone(order.ranks, rebuilt, error=first_line(exc))
+            return InitDone(
+                order.ranks,
+                rebuilt,
+                fatal=f"init of rank(s) {list(order.ranks)} failed: {type(exc).__name__}: {exc}",
+            )
+
+
+def _ask_node(handle: Any, timeout_s: float, what: str) -> str:
+    """Wait until a new actor answers its probe (its constructor ran); returns its node."""
+    import ray
+
+    try:
+        return str(ray.get(send_probe(handle), timeout=timeout_s)["node_id"])
+    except ray.exceptions.GetTimeoutError as exc:
+        raise TimeoutError(f"{what}: the actor did not come up within {timeout_s:g}s") from exc

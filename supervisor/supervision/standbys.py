@@ -1,0 +1,166 @@
+"""Standbys of a supervised group: started in free, placed bundles, watched until they are ready, and
+reserved by the loop for a failed rank (where they go is decided by :mod:`supervisor.standby`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, first_line, ray_error_line
+from ..log import get_logger
+from ..standby import BundleRef, free_bundles, standby_bundles
+from ..worker import Worker, arm_sentinel
+from .config import STANDBY_FAILURE_LIMIT, SupervisionConfig
+
+if TYPE_CHECKING:
+    from ..group import WorkerGroup
+    from ..hooks import LifecycleHooks
+
+__all__ = ["StandbyKeeper", "check_standby_config"]
+
+log = get_logger("supervision")
+
+
+def check_standby_config(group: WorkerGroup, wanted: int) -> None:
+    """Raise ConfigError when ``wanted`` standbys cannot be kept for ``group``."""
+    if wanted <= 0:
+        return
+    spares = group.resource_pool.spare_bundle_count if group.resource_pool is not None else 0
+    if wanted > spares:
+        raise ConfigError(
+            f"group {group.name} wants {wanted} standby(s) but its pool reserves {spares} spare bundle(s): "
+            "raise the pool's capacity_factor"
+        )
+    if group.cls_with_init is None or not issubclass(group.cls_with_init.user_cls, Worker):
+        raise ConfigError(
+            f"group {group.name}: standbys need a supervisor.Worker subclass (it adopts the failed rank's identity)"
+        )
+
+
+class StandbyKeeper:
+    """Keeps ``config.standbys`` standbys for one group (runs on the loop's thread)."""
+
+    def __init__(
+        self, group: WorkerGroup, config: SupervisionConfig, hooks: LifecycleHooks, clock: Callable[[], float]
+    ) -> None:
+        check_standby_config(group, config.standbys)
+        self.group, self.config, self.hooks, self.clock = group, config, hooks, clock
+        self._lock = threading.Lock()
+        self._ready: dict[BundleRef, str] = {}  # ready standbys and their node
+        self._starting: dict[Any, BundleRef] = {}  # readiness call -> bundle
+        self._sentinels: dict[Any, BundleRef] = {}
+        self.consecutive_failures = 0  # standbys that died before they were ready, in a row
+        self._next_check = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.standbys > 0 or bool(self.group.standbys)
+
+    def ready_nodes(self) -> dict[BundleRef, str]:
+        with self._lock:
+            return dict(self._ready)
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            return len(self._ready), len(self._starting)
+
+    def adopt(self) -> None:
+        """Watch the standbys the group already has (adopted from an earlier supervisor)."""
+        for bundle in list(self.group.standbys):
+            self._watch_starting(bundle)
+
+    def reserve(self, bundle: BundleRef) -> None:
+        """A failed rank takes the standby in ``bundle``: it is no longer kept, and its successor is due."""
+        self._forget(bundle)
+        self._next_check = 0.0
+
+    def tend(self, starting_allowed: bool) -> None:
+        """Learn which standbys became ready or died, and start missing ones in free, placed bundles
+        (not while ranks are recovered: a free spare is theirs first)."""
+        import ray
+
+        if not self.enabled:
+            return
+        refs = [*self._starting, *self._sentinels]
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                self._on_ref(ref)
+        if not starting_allowed or self.clock() < self._next_check:
+            return
+        self._next_check = self.clock() + self.config.standby_check_s
+        missing = self.config.standbys - len(self.group.standbys)
+        if missing <= 0 or self.consecutive_failures >= STANDBY_FAILURE_LIMIT:
+            return  # the limit was reported once when reached; standbys would only crash-loop
+        try:
+            placed = self.group.placed_bundles()
+        except Exception as exc:  # look again next time
+            log.debug("standby_placement_unknown", group=self.group.name, error=first_line(exc))
+            return
+        free = free_bundles(self.group.all_bundles(), self.group.rank_bundles, dict(self.group.standbys))
+        bundles = standby_bundles(free, placed, self.ready_nodes().values(), missing)
+        for standby in self.group.start_standbys(bundles):
+            self._watch_starting(standby.bundle)
+            log.info(
+                "standby_started", group=self.group.name, actor=standby.name, node=placed.get(standby.bundle)
+            )
+        self.publish()
+
+    def _watch_starting(self, bundle: BundleRef) -> None:
+        standby = self.group.standbys[bundle]
+        with self._lock:
+            self._starting[standby.handle.node_info.remote()] = bundle
+
+    def _on_ref(self, ref: Any) -> None:
+        """A standby's readiness call or its sentinel returned: it is ready, alive, or dead."""
+        import ray
+
+        with self._lock:
+            starting = ref in self._starting
+            bundle = self._starting.pop(ref, None) or self._sentinels.pop(ref, None)
+        standby = self.group.standbys.get(bundle) if bundle is not None else None
+        if standby is None:
+            return  # it took over a rank meanwhile
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.ActorUnavailableError:  # unreachable for now, not dead: look again
+            result = None
+        except ray.exceptions.RayError as exc:
+            self._forget(standby.bundle)
+            self.group.drop_standby(standby.bundle)
+            self._next_check = 0.0
+            if starting:
+                self.consecutive_failures += 1
+                if self.consecutive_failures == STANDBY_FAILURE_LIMIT:
+                    log.error(
+                        "standbys_disabled",
+                        group=self.group.name,
+                        failures=STANDBY_FAILURE_LIMIT,
+                        last_error=ray_error_line(exc),
+                    )
+            self.hooks.on_standby_failed(self.group.name, standby.name, ray_error_line(exc))
+            return
+        if starting and result is not None:
+            self.consecutive_failures = 0
+            with self._lock:
+                self._ready[standby.bundle] = result["node_id"]
+            log.info("standby_ready", group=self.group.name, actor=standby.name, node=result["node_id"])
+            self.publish()
+        elif starting:
+            self._watch_starting(standby.bundle)
+            return
+        self._sentinels[arm_sentinel(standby.handle, self.config.sentinel_hold_s)] = standby.bundle
+
+    def _forget(self, bundle: BundleRef) -> None:
+        with self._lock:
+            self._ready.pop(bundle, None)
+            for refs in (self._starting, self._sentinels):
+                for ref in [r for r, b in refs.items() if b == bundle]:
+                    del refs[ref]
+        self.publish()
+
+    def publish(self) -> None:
+        if self.enabled:
+            ready, starting = self.counts()
+            self.hooks.on_standby_state(self.group.name, ready, starting)

@@ -1,0 +1,79 @@
+"""States of a supervised group and of its ranks, and the only transitions allowed between them.
+
+Rank (:class:`WorkerState`)::
+
+    RUNNING --(failed)--> FAILED --(replacement started)--> RESTARTING --(actor up)--> INITIALIZING
+       ^  \\                 ^                                   |                         |
+       |   \\                +---(transient error: retried)------+                         |
+       |    +--(rank 0 got a new rendezvous: re-init)--> INITIALIZING ---(init done)------+--> RUNNING
+
+Group (:class:`GroupState`): RUNNING while every rank runs, RECOVERING while any does not, FAILED
+when the restart budget runs out or a replacement cannot initialise, STOPPED when supervision ends.
+FAILED and STOPPED are terminal.
+
+:func:`check_rank_transition` and :func:`check_group_transition` are the one place that says which
+moves are legal; the reconcile loop calls them for every move it plans.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "GroupState",
+    "WorkerState",
+    "InvalidTransition",
+    "check_rank_transition",
+    "check_group_transition",
+]
+
+
+class GroupState(enum.Enum):
+    RUNNING = "running"
+    RECOVERING = "recovering"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (GroupState.FAILED, GroupState.STOPPED)
+
+
+class WorkerState(enum.Enum):
+    RUNNING = "running"
+    FAILED = "failed"  # observed failed; its replacement waits for a backoff or the budget
+    RESTARTING = "restarting"  # its replacement is being placed and started
+    INITIALIZING = (
+        "initializing"  # its actor is up; the init method (or a new rendezvous) is pending or running
+    )
+
+
+class InvalidTransition(AssertionError):
+    """A move the state machine does not allow: a bug in the loop, never a runtime condition."""
+
+
+_RANK_MOVES: dict[WorkerState, frozenset[WorkerState]] = {
+    WorkerState.RUNNING: frozenset({WorkerState.FAILED, WorkerState.INITIALIZING}),
+    WorkerState.FAILED: frozenset({WorkerState.RESTARTING}),
+    WorkerState.RESTARTING: frozenset({WorkerState.FAILED, WorkerState.INITIALIZING}),
+    WorkerState.INITIALIZING: frozenset(
+        {WorkerState.RUNNING, WorkerState.FAILED}
+    ),  # FAILED: its init ran out of attempts
+}
+
+_GROUP_MOVES: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.RUNNING: frozenset({GroupState.RECOVERING, GroupState.FAILED, GroupState.STOPPED}),
+    GroupState.RECOVERING: frozenset({GroupState.RUNNING, GroupState.FAILED, GroupState.STOPPED}),
+    GroupState.FAILED: frozenset(),
+    GroupState.STOPPED: frozenset(),
+}
+
+
+def check_rank_transition(rank: int, current: WorkerState, target: WorkerState) -> None:
+    if target not in _RANK_MOVES[current]:
+        raise InvalidTransition(f"rank {rank}: {current.value} -> {target.value} is not a transition")
+
+
+def check_group_transition(current: GroupState, target: GroupState) -> None:
+    if target is not current and target not in _GROUP_MOVES[current]:
+        raise InvalidTransition(f"group: {current.value} -> {target.value} is not a transition")

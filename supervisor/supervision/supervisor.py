@@ -1,0 +1,536 @@
+"""GroupSupervisor: keep a worker group running when its actors die, hang or lose their node.
+
+One reconcile loop per group, in the shape of controller-runtime's reconcilers and Ray Train v2's
+controller. Each pass of :meth:`GroupSupervisor.step`:
+
+1. **observes**: sentinel completions, probe answers, failures reported by in-flight calls, finished
+   recovery tasks, and (while a rank is down) where the group's bundles and standbys are;
+2. **decides**: the pure :func:`~supervisor.supervision.reconcile.decide` derives the whole next plan
+   from the whole state;
+3. **executes**: emits the plan's transitions through the lifecycle hooks (metrics, logs, the
+   daemon's record), then starts its recovery tasks (:mod:`.recovery`) on threads the supervisor owns.
+
+The loop never blocks on a recovery, so a death that arrives while another rank is being replaced is
+seen at once, and the ranks of one node loss are replaced side by side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..cluster_state import read_snapshot
+from ..drift import RankPlacement, compute_drift
+from ..errors import SupervisorError, first_line
+from ..group import WorkerGroup
+from ..hooks import LifecycleHooks, default_hooks
+from ..log import get_logger
+from ..resources import diagnose
+from ..restart_policy import Failure, FailureReason, RestartRecord
+from ..standby import BundleRef, Replacement, ReplacementKind, free_bundles
+from .config import SupervisionConfig
+from .detection import Detected, Detector
+from .reconcile import (
+    InitDone,
+    LoopState,
+    Observation,
+    PlacementSeen,
+    Plan,
+    RankFailed,
+    ReplacementDone,
+    decide,
+    initial_state,
+)
+from .recovery import BundleWaiter, InitTask, ReplacementTask, TaskRunner
+from .standbys import StandbyKeeper
+from .states import GroupState, WorkerState
+
+__all__ = ["GroupSupervisor", "GroupFailedError", "RankStatus"]
+
+log = get_logger("supervision")
+
+
+class GroupFailedError(SupervisorError):
+    """The group is FAILED: its restart budget is exhausted or a replacement could not initialise."""
+
+
+@dataclass
+class RankStatus:
+    """Observed state of one rank."""
+
+    rank: int
+    state: WorkerState = WorkerState.RUNNING
+    generation: int = 0
+    node_id: str | None = None
+    original_node: str | None = None
+    restarts: int = 0
+    last_failure: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return RankPlacement(self.rank, self.original_node, self.node_id).drifted
+
+
+class GroupSupervisor:
+    """Supervises one :class:`WorkerGroup` that created its actors (e.g. made by ``create_group``).
+
+    Args:
+        group: the group; it must own its actors (not attached by name).
+        config: restart strategy, budget, probes, init method...
+        hooks: lifecycle hooks (default: metrics and structured logs).
+        clock: monotonic clock (injectable).
+        restart_history, rank_restarts: restarts an earlier supervisor of this group made (times on
+            ``clock``) and each rank's restart count, so a re-adopting daemon keeps the budget and counts.
+
+    Use :meth:`start` to supervise in a background thread (owned by this object and stopped by
+    :meth:`stop`); from then on the group's blocking calls go through :mod:`supervisor.supervised_call`.
+    Tests may drive :meth:`step` directly instead (calls are then not routed through the supervisor).
+    """
+
+    def __init__(
+        self,
+        group: WorkerGroup,
+        config: SupervisionConfig | None = None,
+        hooks: LifecycleHooks | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        restart_history: list[RestartRecord] | None = None,
+        rank_restarts: dict[int, int] | None = None,
+    ) -> None:
+        self.group = group
+        self.config = config or SupervisionConfig()
+        self.hooks = hooks if hooks is not None else default_hooks()
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._loop: LoopState = initial_state(group.world_size, restart_history or [])
+        self._stopped = False
+        self._failure: GroupFailedError | None = None
+        self.standby = StandbyKeeper(group, self.config, self.hooks, clock)
+        original = self._original_nodes()
+        self._ranks = [
+            RankStatus(
+                rank=r,
+                node_id=group.rank_nodes.get(r),
+                original_node=original.get(r),
+                restarts=(rank_restarts or {}).get(r, 0),
+            )
+            for r in range(group.world_size)
+        ]
+        self._reports: list[Detected] = []  # failures reported by in-flight calls
+        self._deferred: list[Detected] = []  # reports about ranks under an init, judged once they run again
+        self._finished: list[Observation] = []  # outcomes of recovery tasks
+        self._failed_at: dict[
+            int, tuple[float, float | None]
+        ] = {}  # rank -> (detected, died wall-clock) of its failure
+        self._reserved: dict[int, BundleRef] = {}  # rank -> spare bundle its replacement in flight goes to
+        self._wake_at: float | None = None
+        self._tasks = TaskRunner(group.name, self._task_finished)
+        self._bundles = BundleWaiter(group, self.config, self._tasks, self._report_bundle_wait)
+        self._detector = Detector(group, self.config, clock, self._running_generations, self._node_of)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- public surface -------------------------------------------------------------------------
+    @property
+    def state(self) -> GroupState:
+        with self._cond:
+            if self._stopped and not self._loop.group.is_terminal:
+                return GroupState.STOPPED
+            return self._loop.group
+
+    @property
+    def failure(self) -> GroupFailedError | None:
+        return self._failure
+
+    def ranks(self) -> list[RankStatus]:
+        with self._cond:
+            return [RankStatus(**vars(r)) for r in self._ranks]
+
+    def drift(self) -> list[RankPlacement]:
+        """Per-rank placement: bundle node at pool creation vs the node the rank runs on now."""
+        with self._cond:
+            return compute_drift(
+                {r.rank: r.original_node for r in self._ranks}, {r.rank: r.node_id for r in self._ranks}
+            )
+
+    def standby_nodes(self) -> dict[BundleRef, str]:
+        """Node of every ready standby, by bundle."""
+        return self.standby.ready_nodes()
+
+    def standby_counts(self) -> tuple[int, int]:
+        """``(ready, starting)`` standbys of the group."""
+        return self.standby.counts()
+
+    def restart_history(self) -> list[RestartRecord]:
+        with self._cond:
+            return list(self._loop.history)
+
+    def recovery_tasks(self) -> list[str]:
+        """Names of the recovery tasks running now."""
+        return self._tasks.running()
+
+    def start(self) -> GroupSupervisor:
+        """Arm the sentinels and supervise in a background thread."""
+        if self._thread is not None:
+            return self
+        # Blocking group calls go through the supervisor only once something drives recovery.
+        self.group.supervisor = self
+        self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
+        for r in range(self.group.world_size):
+            self._detector.watch(r, 0)
+        self._publish_worker_states(self._loop)
+        self.hooks.on_drift_state(
+            self.group.name, sum(1 for p in self.drift() if p.drifted)
+        )  # an adopted group may start drifted
+        self._thread = threading.Thread(target=self._run, name=f"supervisor-{self.group.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop supervising: the loop ends, every recovery task is told to stop and joined (the actors
+        are left alone). Idempotent."""
+        self._stop.set()
+        started = time.monotonic()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        left = self._tasks.stop(max(0.0, timeout_s - (time.monotonic() - started)))
+        if left:  # blocked in a Ray call that ends at its own timeout; their outcome is dropped
+            log.warning("recovery_tasks_left_running", group=self.group.name, tasks=left)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self.group.supervisor is self:
+            self.group.supervisor = None
+
+    def generation(self, rank: int) -> int:
+        with self._cond:
+            return self._ranks[rank].generation
+
+    # -- the call gate (used by supervised calls) -----------------------------------------------
+    def acquire(self, rank: int) -> tuple[int, Any]:
+        """Wait until the group is not recovering and ``rank`` runs; return ``(generation, actor)``.
+
+        New calls must not reach a replacement before its init method has run.
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self._cond:
+            while True:
+                acquired = self.try_acquire(rank)
+                if acquired is not None:
+                    return acquired
+                self._cond.wait(0.5)
+
+    def try_acquire(self, rank: int, newer_than: int = -1) -> tuple[int, Any] | None:
+        """``(generation, actor)`` of ``rank`` when it runs a generation newer than ``newer_than`` and
+        the group is not recovering, else None (never blocks).
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self._cond:
+            self._raise_if_terminal()
+            status = self._ranks[rank]
+            if (
+                self._loop.group is GroupState.RUNNING
+                and status.state is WorkerState.RUNNING
+                and status.generation > newer_than
+            ):
+                return status.generation, self.group.workers[rank]
+            return None
+
+    def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
+        """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""
+        with self._cond:
+            if self._ranks[rank].generation != generation:
+                return  # already replaced
+            failure = Failure(rank, reason, detail, self._ranks[rank].node_id)
+            self._reports.append(Detected(failure, generation, self.clock(), None))
+            self._cond.notify_all()
+
+    def await_replacement(self, rank: int, generation: int, timeout_s: float | None = None) -> int:
+        """Block until ``rank`` runs a generation newer than ``generation``; return it.
+
+        Raises:
+            GroupFailedError: the group failed (or stopped) instead.
+            TimeoutError: not replaced within ``timeout_s``.
+        """
+        deadline = None if timeout_s is None else self.clock() + timeout_s
+        with self._cond:
+            while True:
+                status = self._ranks[rank]
+                if status.generation > generation and status.state is WorkerState.RUNNING:
+                    return status.generation
+                self._raise_if_terminal()
+                remaining = None if deadline is None else deadline - self.clock()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"rank {rank} of group {self.group.name} not replaced within {timeout_s:g}s"
+                    )
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+
+    def _raise_if_terminal(self) -> None:
+        state = GroupState.STOPPED if self._stopped and not self._loop.group.is_terminal else self._loop.group
+        if state.is_terminal:
+            raise self._failure or GroupFailedError(f"group {self.group.name} is {state.value}")
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and not self._loop.group.is_terminal:
+                self.step(self.config.poll_interval_s)
+        except BaseException as exc:  # the supervisor itself broke: fail loudly, never silently stop
+            log.exception("supervisor_crashed", group=self.group.name)
+            self._fail_group(f"supervisor loop crashed: {type(exc).__name__}: {exc}")
+
+    def step(self, timeout_s: float) -> Plan:
+        """One pass: observe for up to ``timeout_s``, decide, execute. Returns the plan carried out."""
+        observations = self._observe(timeout_s)
+        with self._cond:
+            state = self._loop
+        plan = decide(state, observations, self.config, self.clock())
+        self._execute(plan, observations)
+        if not plan.state.group.is_terminal:
+            try:
+                self.standby.tend(starting_allowed=plan.state.group is GroupState.RUNNING)
+            except Exception as exc:  # standby housekeeping must never fail the group: try again next pass
+                log.warning("standby_tending_failed", group=self.group.name, error=first_line(exc))
+        return plan
+
+    def _observe(self, timeout_s: float) -> list[Observation]:
+        import ray
+
+        detector = self._detector
+        detector.send_due_probes()
+        refs = detector.refs()
+        with self._cond:
+            pending = bool(self._reports or self._finished)
+        if not pending:  # block until something happens, or the pass times out
+            wait = detector.wait_s(timeout_s)
+            if self._tasks.running():
+                wait = min(wait, 0.05)  # a task's outcome is not a ref: look often while tasks run
+            if self._wake_at is not None:
+                wait = max(0.0, min(wait, self._wake_at - self.clock()))
+            if refs:
+                ray.wait(refs, num_returns=1, timeout=wait)
+            else:
+                with self._cond:
+                    self._cond.wait(wait)
+        ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else []
+        detected = detector.collect(ready)
+        with self._cond:
+            reports, self._reports = self._reports, []
+            finished, self._finished = self._finished, []
+            for rank, node in detector.node_updates.items():
+                self._ranks[rank].node_id = node
+            detector.node_updates.clear()
+        observations: list[Observation] = []
+        seen: set[int] = set()
+        for d in reports + detected:  # reports from calls first: they carry the call's view (e.g. hung)
+            rank = d.failure.rank
+            status = self._ranks[rank]
+            if rank in seen or d.generation != status.generation:
+                continue
+            if status.state is WorkerState.RUNNING:
+                observations.append(RankFailed(d.failure))
+                self._failed_at[rank] = (d.detected_at, d.died_at_wall)
+                seen.add(rank)
+            elif status.state is WorkerState.INITIALIZING:
+                self._deferred.append(d)  # a survivor re-initialising: judged once it runs again
+        observations += finished
+        if observations or any(v.state is WorkerState.FAILED for v in self._loop.ranks):
+            observations.append(self._placement())
+        return observations
+
+    def _placement(self) -> PlacementSeen:
+        group = self.group
+        rank_bundles = dict(enumerate(group.rank_bundles))
+        spare_pg = group.resource_pool.spare_pg if group.resource_pool is not None else None
+        if not self.standby.enabled and spare_pg is None:
+            return PlacementSeen(rank_bundles, {}, {}, ())  # every rank goes back to its own bundle
+        try:
+            placed: dict[BundleRef, str | None] = dict(group.placed_bundles())
+        except Exception as exc:  # a GCS hiccup: fall back to the ranks' own bundles
+            log.warning("bundle_placement_unknown", group=group.name, error=first_line(exc))
+            placed = {}
+        free = [
+            b
+            for b in free_bundles(group.all_bundles(), rank_bundles.values(), dict(group.standbys))
+            if b not in self._reserved.values()
+        ]
+        return PlacementSeen(rank_bundles, placed, self.standby.ready_nodes(), tuple(free))
+
+    def _task_finished(self, outcome: Observation) -> None:
+        with self._cond:
+            self._finished.append(outcome)
+            self._cond.notify_all()
+
+    # -- execution ------------------------------------------------------------------------------
+    def _execute(self, plan: Plan, observations: list[Observation]) -> None:
+        group, hooks = self.group, self.hooks
+        self._wake_at = plan.wake_at
+        if plan.empty:
+            return
+        now = self.clock()
+        rebuilt = {
+            r: n
+            for obs in observations
+            if isinstance(obs, InitDone) and obs.fatal is None and obs.error is None
+            for r, (_, n) in obs.rebuilt.items()
+        }
+        for obs in observations:
+            if isinstance(obs, ReplacementDone):
+                self._reserved.pop(obs.rank, None)
+        # What the plan changes, announced before anyone can observe a new generation.
+        for move in plan.moves:
+            if move.target is WorkerState.FAILED and move.source is WorkerState.RUNNING:
+                assert move.failure is not None
+                if move.new_failure:
+                    detected_at, died_at = self._failed_at.get(move.rank, (now, None))
+                    detection = (
+                        None if died_at is None else max(0.0, time.time() - died_at - (now - detected_at))
+                    )
+                    hooks.on_worker_failed(
+                        group.name, move.rank, move.failure.reason.value, move.failure.detail, detection
+                    )
+                else:
+                    self._failed_at[move.rank] = (now, None)
+            elif move.target is WorkerState.FAILED and move.source is WorkerState.RESTARTING:
+                log.warning(
+                    "recovery_retry",
+                    group=group.name,
+                    rank=move.rank,
+                    error=move.failure.detail if move.failure else None,
+                )
+        for replacement in plan.replacements:
+            view = plan.state.ranks[replacement.rank]
+            reason = view.failure.reason.value if view.failure else FailureReason.DIED.value
+            hooks.on_worker_replaced(group.name, replacement.rank, reason)
+        nodes = {r: group.rank_nodes.get(r, self._ranks[r].node_id) for r in plan.renewed}
+        for r in plan.renewed:
+            detected_at, died_at = self._failed_at.pop(r, (now, None))
+            recovery = now - detected_at
+            if died_at is not None:
+                recovery = max(recovery, time.time() - died_at)
+            hooks.on_worker_recovered(group.name, r, recovery)
+            placement = RankPlacement(r, self._ranks[r].original_node, nodes[r])
+            if placement.drifted:
+                hooks.on_placement_drift(
+                    group.name, r, placement.original_node or "", placement.current_node or ""
+                )
+        self._publish_worker_states(plan.state)
+        if plan.renewed:
+            drifted = {r.rank: r.drifted for r in self._ranks} | {
+                r: RankPlacement(r, self._ranks[r].original_node, n).drifted for r, n in nodes.items()
+            }
+            hooks.on_drift_state(group.name, sum(drifted.values()))
+        if plan.escalation is not None:
+            self._failure = GroupFailedError(f"group {group.name} FAILED: {plan.escalation}")
+        with self._cond:
+            self._loop = plan.state
+            for move in plan.moves:
+                status = self._ranks[move.rank]
+                status.state = move.target
+                if move.target is WorkerState.FAILED and move.failure is not None:
+                    status.last_failure = f"{move.failure.reason.value}: {move.failure.detail}"
+            for replacement in plan.replacements:
+                self._ranks[replacement.rank].restarts += 1
+            for r, n in rebuilt.items():
+                self._ranks[r].restarts += n
+            for r in plan.renewed:
+                self._ranks[r].generation += 1
+                self._ranks[r].node_id = nodes[r]
+            if plan.escalation is not None:
+                for status in self._ranks:
+                    if status.state is not WorkerState.RUNNING:
+                        status.state = WorkerState.FAILED
+            self._cond.notify_all()
+        if plan.escalation is not None:
+            hooks.on_group_failed(group.name, str(self._failure))
+            self._publish_worker_states(plan.state, failed_group=True)
+            return
+        for replacement in plan.replacements:
+            self._start_replacement(replacement)
+        if plan.init is not None:
+            for r in plan.init.ranks:
+                self._detector.forget(r)
+            self._tasks.start("init", InitTask(plan.init, group, self.config, hooks, self._tasks))
+        for r in plan.serving:
+            self._detector.watch(r, self._ranks[r].generation)
+        self._requeue_deferred(plan.serving)
+
+    def _start_replacement(self, replacement: Replacement) -> None:
+        rank = replacement.rank
+        self._detector.forget(rank)
+        if replacement.kind is ReplacementKind.STANDBY:
+            self.standby.reserve(replacement.bundle)
+        elif replacement.kind is ReplacementKind.SPARE_BUNDLE:
+            self._reserved[rank] = replacement.bundle
+        task = ReplacementTask(replacement, self.group, self.config, self.hooks, self._bundles)
+        self._tasks.start(f"replace-{rank}", task)
+
+    def _requeue_deferred(self, serving: tuple[int, ...]) -> None:
+        if not self._deferred:
+            return
+        back = [d for d in self._deferred if d.failure.rank in serving]
+        with self._cond:
+            self._deferred = [d for d in self._deferred if d.failure.rank not in serving]
+            self._reports += back
+
+    def _fail_group(self, message: str) -> None:
+        error = GroupFailedError(f"group {self.group.name} FAILED: {message}")
+        with self._cond:
+            if self._loop.group.is_terminal:
+                return
+            self._loop = dataclasses.replace(self._loop, group=GroupState.FAILED, failure=message)
+            self._failure = error
+            for status in self._ranks:
+                if status.state is not WorkerState.RUNNING:
+                    status.state = WorkerState.FAILED
+            self._cond.notify_all()
+        self.hooks.on_group_failed(self.group.name, str(error))
+        self._publish_worker_states(self._loop, failed_group=True)
+
+    def _publish_worker_states(self, state: LoopState, failed_group: bool = False) -> None:
+        counts = {s.value: 0 for s in WorkerState}
+        for view in state.ranks:
+            target = (
+                WorkerState.FAILED if failed_group and view.state is not WorkerState.RUNNING else view.state
+            )
+            counts[target.value] += 1
+        self.hooks.on_worker_states(self.group.name, counts)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _running_generations(self) -> dict[int, int]:
+        with self._cond:
+            return {s.rank: s.generation for s in self._ranks if s.state is WorkerState.RUNNING}
+
+    def _node_of(self, rank: int) -> str | None:
+        return self._ranks[rank].node_id
+
+    def _report_bundle_wait(self, waited_s: float) -> None:
+        # The same diagnosis as create_group's wait: what is missing and which placement groups hold it.
+        pool = self.group.resource_pool
+        if pool is None:
+            return
+        try:
+            diagnosis = diagnose(pool.demand(), read_snapshot(), {pg.id.hex() for pg in self.group._pgs})
+        except Exception:  # diagnosis is best effort; the wait goes on
+            return
+        self.hooks.on_resource_wait_progress(pool.name_prefix, waited_s, diagnosis)
+
+    def _original_nodes(self) -> dict[int, str]:
+        pool = self.group.resource_pool
+        if pool is None:
+            return {}
+        nodes = pool.original_bundle_nodes()
+        return {
+            s.rank: nodes[(s.pg_index, s.bundle_index)]
+            for s in self.group.slots
+            if (s.pg_index, s.bundle_index) in nodes
+        }
