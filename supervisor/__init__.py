@@ -48,9 +48,8 @@ from .supervision import GroupState as GroupState
 from .supervision import GroupSupervisor as GroupSupervisor
 from .supervision import InFlightPolicy as InFlightPolicy
 from .supervision import SupervisionConfig as SupervisionConfig
+from .version import __version__ as __version__
 from .worker import Worker as Worker
-
-__version__ = "0.1.0"
 
 _LAZY_PROTOCOL = ("DataProto", "DataProtoFuture", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto")
 

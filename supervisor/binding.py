@@ -15,7 +15,7 @@ from typing import Any
 
 from .decorator import MethodSpec, get_method_spec
 from .dispatch import PADDING_SIZE_KEY, resolve_dispatch_fns
-from .errors import DispatchError
+from .errors import DispatchError, GroupFailedError
 from .metrics import DispatchFailure, observe_dispatch
 from .modes import Dispatch, Execute
 
@@ -119,7 +119,6 @@ class BoundGroupMethod:
 
 def _dispatch_failure(exc: BaseException) -> DispatchFailure:
     from .supervised_call import WorkerFailedError
-    from .supervision import GroupFailedError
 
     if isinstance(exc, GroupFailedError):
         return DispatchFailure.GROUP_FAILED

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from .version import __version__
 
 __all__ = ["main"]
 

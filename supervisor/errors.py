@@ -8,6 +8,8 @@ a single message argument, so they pickle across Ray processes unchanged.
 from __future__ import annotations
 
 __all__ = [
+    "GroupFailedError",
+    "ActorStartError",
     "SupervisorError",
     "ConfigError",
     "WorkerEnvError",
@@ -69,3 +71,11 @@ def ray_error_line(exc: BaseException) -> str:
     if isinstance(exc, ray.exceptions.RayActorError) and "creation task" in str(exc) and text:
         return f"constructor raised {text[-1].strip()}"
     return first_line(exc, limit=None)
+
+
+class GroupFailedError(SupervisorError):
+    """The group is FAILED: its restart budget is exhausted or a replacement could not initialise."""
+
+
+class ActorStartError(SupervisorError):
+    """A rank's actor did not start (its constructor raised, or it did not come up in time)."""

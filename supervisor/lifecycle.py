@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .actor_class import ClassWithInitArgs
-from .errors import SupervisorError, ray_error_line
+from .errors import ActorStartError, SupervisorError, ray_error_line
+from .failures import ErrorKind, classify_error
 from .group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup, kill_actor_quietly
 from .hooks import LifecycleHooks, default_hooks
 from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
@@ -40,10 +41,6 @@ log = get_logger("lifecycle")
 
 # How long a new actor may take to come up once its bundle is ready (its constructor, imports).
 ACTOR_START_TIMEOUT_S = 120.0
-
-
-class ActorStartError(SupervisorError):
-    """A rank's actor did not start (its constructor raised, or it did not come up in time)."""
 
 
 class InitGroupError(SupervisorError):
@@ -209,10 +206,14 @@ def _classify(ref: Any, ready: bool, timeout_s: float) -> tuple[InitOutcome, str
         return InitOutcome.TIMED_OUT, f"timed out after {timeout_s:g}s without an answer (hung?)"
     try:
         ray.get(ref)
-    except ray.exceptions.RayTaskError as exc:
-        return InitOutcome.RAISED, ray_error_line(exc)
-    except ray.exceptions.RayActorError as exc:
-        return InitOutcome.DIED, f"actor died: {ray_error_line(exc)}"
+    except Exception as exc:
+        kind = classify_error(exc)
+        if kind is ErrorKind.USER_ERROR:
+            return InitOutcome.RAISED, ray_error_line(exc)
+        if kind is ErrorKind.OTHER:
+            raise
+        # Unreachable counts as dead here: the init's own timeout already bounds how long it may take.
+        return InitOutcome.DIED, f"actor {'unreachable' if kind is ErrorKind.UNAVAILABLE else 'died'}: {ray_error_line(exc)}"
     return InitOutcome.OK, None
 
 

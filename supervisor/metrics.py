@@ -144,7 +144,7 @@ def serve(port: int = 9400, host: str = "127.0.0.1", certfile: str | None = None
     import ray
     from prometheus_client import start_http_server
 
-    from . import __version__
+    from .version import __version__
 
     BUILD_INFO.labels(version=__version__, ray_version=ray.__version__).set(1)
     if certfile and keyfile:

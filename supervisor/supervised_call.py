@@ -1,7 +1,7 @@
 """Blocking group calls that survive rank failures.
 
 When a supervised group runs a call and a rank dies (or does not answer within the call timeout), the
-call has a defined outcome (:class:`~supervisor.supervision.InFlightPolicy`):
+call has a defined outcome (:class:`InFlightPolicy`):
 
 * RETRY: tell the supervisor, wait for the rank's replacement, run that rank's shard again on it, and
   return every rank's result in rank order;
@@ -13,22 +13,35 @@ User exceptions raised inside the method are not failures of the rank: they prop
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import SupervisorError, first_line
+from .failures import ErrorKind, UnavailableClock, classify_error
 from .log import get_logger
 from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
     from .decorator import MethodSpec
     from .group import WorkerGroup
-    from .supervision import GroupSupervisor, InFlightPolicy
+    from .supervision import GroupSupervisor
 
-__all__ = ["WorkerFailedError", "resolve_in_flight_policy", "run_supervised"]
+__all__ = ["InFlightPolicy", "WorkerFailedError", "resolve_in_flight_policy", "run_supervised"]
 
 log = get_logger("supervised_call")
+
+
+class InFlightPolicy(enum.Enum):
+    """What a blocking group call does when one of its ranks dies while it runs.
+
+    RETRY: wait for the replacement and run that rank's shard again on it (idempotent methods only).
+    RAISE: raise :class:`WorkerFailedError` with the survivors' results.
+    """
+
+    RETRY = "retry"
+    RAISE = "raise"
 
 
 class WorkerFailedError(SupervisorError):
@@ -53,8 +66,6 @@ class WorkerFailedError(SupervisorError):
 
 def resolve_in_flight_policy(spec: MethodSpec, group_default: InFlightPolicy | None) -> InFlightPolicy:
     """The method's own choice wins, then the group's, then RETRY for idempotent methods, else RAISE."""
-    from .supervision import InFlightPolicy
-
     if spec.on_rank_failure is not None:
         return InFlightPolicy(spec.on_rank_failure)
     if group_default is not None:
@@ -86,8 +97,6 @@ def run_supervised(
         GroupFailedError: a rank failed, ``policy`` is RETRY, and the group failed instead of replacing it.
         Exception: whatever the method itself raised (RayTaskError), unchanged.
     """
-    from .supervision import InFlightPolicy
-
     return _SupervisedCall(
         group, supervisor, method_name, per_rank, call_timeout_s, poll_s,
         supervisor.config.probe_timeout_s if unavailable_timeout_s is None else unavailable_timeout_s,
@@ -106,7 +115,7 @@ class _SupervisedCall:
         self.call_timeout_s, self.poll_s, self.unavailable_timeout_s, self.retry = call_timeout_s, poll_s, unavailable_timeout_s, retry
         self.in_flight: dict[Any, tuple[int, int, float]] = {}  # ref -> (rank, generation, submitted at)
         self.awaiting: dict[int, _Awaiting] = {}  # ranks whose shard waits to be submitted again
-        self.unavailable_since: dict[tuple[int, int], float] = {}  # (rank, generation) -> first "unavailable" answer
+        self.unavailable = UnavailableClock(unavailable_timeout_s, time.monotonic)  # keyed by (rank, generation)
         self.results: dict[int, Any] = {}
         self.failed: dict[int, str] = {}
 
@@ -144,11 +153,15 @@ class _SupervisedCall:
         rank, generation, _ = self.in_flight.pop(ref)
         try:
             self.results[rank] = ray.get(ref)
-            self.unavailable_since.pop((rank, generation), None)
-        except ray.exceptions.ActorUnavailableError as exc:
-            self._unavailable(rank, generation, first_line(exc))
-        except ray.exceptions.RayActorError as exc:
-            self._rank_failed(rank, generation, FailureReason.DIED, first_line(exc))
+            self.unavailable.answered((rank, generation))
+        except Exception as exc:
+            kind = classify_error(exc)
+            if kind is ErrorKind.UNAVAILABLE:
+                self._unavailable(rank, generation, first_line(exc))
+            elif kind in (ErrorKind.DIED, ErrorKind.INIT_FAILED):
+                self._rank_failed(rank, generation, FailureReason.DIED, first_line(exc))
+            else:
+                raise  # the method's own exception (or not the rank's fault): unchanged
 
     def _unavailable(self, rank: int, generation: int, cause: str) -> None:
         # Unreachable for now, maybe not dead (a partition, a busy raylet): ask again, for a while.
@@ -156,10 +169,9 @@ class _SupervisedCall:
             self.failed[rank] = f"unavailable on node {self.supervisor.ranks()[rank].node_id or '?'}: {cause}"
             return
         now = time.monotonic()
-        since = self.unavailable_since.setdefault((rank, generation), now)
-        if now - since >= self.unavailable_timeout_s:
-            del self.unavailable_since[(rank, generation)]
-            self._rank_failed(rank, generation, FailureReason.HUNG, f"unavailable for {now - since:.0f}s: {cause}")
+        lasted = self.unavailable.unavailable((rank, generation))
+        if lasted is not None:
+            self._rank_failed(rank, generation, FailureReason.HUNG, f"unavailable for {lasted:.0f}s: {cause}")
             return
         # The same incarnation again (or its replacement, if the supervisor judged it meanwhile), after a pause.
         self.awaiting[rank] = _Awaiting(generation - 1, None, now, not_before=now + self.poll_s)

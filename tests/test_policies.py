@@ -200,8 +200,8 @@ def test_transient_errors_of_a_recovery_step():
     import ray
 
     from supervisor.errors import ConfigError
+    from supervisor.failures import is_transient
     from supervisor.lifecycle import ActorStartError, InitGroupError
-    from supervisor.transient import is_transient
 
     for exc in (TimeoutError("name not released"), ActorStartError("died while starting"), ray.exceptions.GetTimeoutError("late"), ConnectionError()):
         assert is_transient(exc), exc

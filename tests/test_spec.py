@@ -224,6 +224,7 @@ def test_every_group_field_reaches_the_supervision_config():
         call_timeout_s=30.0,
         in_flight=InFlightPolicy.RAISE,
         standbys=1,
+        actor_start_timeout_s=45.0,
     )
     config.init_kwargs["n"] = 99  # the config gets a copy: the (frozen) spec is not changed through it
     assert group.init_kwargs == {"n": 1}

@@ -1,10 +1,9 @@
 """Supervision of a worker group: a level-based reconcile loop per group.
 
-Layers, each in its own module:
+Layers, each in its own module (the failure classifier they share is :mod:`supervisor.failures`):
 
 * :mod:`.states`: rank and group states, and the one transition check;
 * :mod:`.config`: :class:`SupervisionConfig` and :class:`InFlightPolicy`;
-* :mod:`.classify`: the one failure classifier (Ray errors to died, hung, node lost, init failed, unavailable);
 * :mod:`.reconcile`: the pure ``decide(state, observations, config, now) -> Plan``;
 * :mod:`.detection`: sentinels and probes of running ranks;
 * :mod:`.recovery`: replacement and init tasks, on threads the supervisor owns;
@@ -12,9 +11,10 @@ Layers, each in its own module:
 * :mod:`.supervisor`: :class:`GroupSupervisor`, which observes, decides and executes, and gates calls.
 """
 
+from ..errors import GroupFailedError
 from .config import InFlightPolicy, SupervisionConfig
 from .states import GroupState, WorkerState
-from .supervisor import GroupFailedError, GroupSupervisor, RankStatus
+from .supervisor import GroupSupervisor, RankStatus
 
 __all__ = [
     "GroupState",

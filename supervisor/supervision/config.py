@@ -3,13 +3,13 @@ their defaults)."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..init_policy import InitPolicy
 from ..lifecycle import ACTOR_START_TIMEOUT_S
 from ..restart_policy import RestartPolicy
+from ..supervised_call import InFlightPolicy
 
 __all__ = ["InFlightPolicy", "SupervisionConfig", "RECOVERY_RETRY_MIN_S", "STANDBY_FAILURE_LIMIT"]
 
@@ -20,17 +20,6 @@ RECOVERY_RETRY_MIN_S = 0.5
 # Standbys that die before they are ready, in a row, after which no more are started (their
 # constructor most likely depends on the rank, or cannot run in a spare bundle).
 STANDBY_FAILURE_LIMIT = 3
-
-
-class InFlightPolicy(enum.Enum):
-    """What a blocking group call does when one of its ranks dies while it runs.
-
-    RETRY: wait for the replacement and run that rank's shard again on it (idempotent methods only).
-    RAISE: raise :class:`~supervisor.supervised_call.WorkerFailedError` with the survivors' results.
-    """
-
-    RETRY = "retry"
-    RAISE = "raise"
 
 
 @dataclass(frozen=True)

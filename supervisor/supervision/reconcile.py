@@ -291,6 +291,11 @@ class _Planner:
                 for _ in range(n)
             ]
         )
+        if not budget_allows(self.history, 0, self.policy, self.now):  # the init had to replace ranks itself
+            self._escalate(
+                self._budget_message(f"rank(s) {sorted(done.rebuilt)} were replaced again during their init")
+            )
+            return
         for r in done.ranks:
             if self.ranks[r].state is WorkerState.INITIALIZING:
                 self._serve(r, replaced=self.ranks[r].replaced or r in done.rebuilt)

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import first_line, ray_error_line
+from ..failures import is_transient
 from ..init_policy import failures_per_rank
 from ..lifecycle import InitGroupError, init_group
 from ..log import get_logger
 from ..restart_policy import FailureReason
 from ..standby import Replacement, ReplacementKind
-from ..transient import is_transient
 from ..worker import send_probe
 from .config import SupervisionConfig
 from .reconcile import InitDone, InitOrder, Observation, ReplacementDone

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..cluster_state import read_snapshot
 from ..drift import RankPlacement, compute_drift
-from ..errors import SupervisorError, first_line
+from ..errors import GroupFailedError, first_line
 from ..group import WorkerGroup
 from ..hooks import LifecycleHooks, default_hooks
 from ..log import get_logger
@@ -52,10 +52,6 @@ from .states import GroupState, WorkerState
 __all__ = ["GroupSupervisor", "GroupFailedError", "RankStatus"]
 
 log = get_logger("supervision")
-
-
-class GroupFailedError(SupervisorError):
-    """The group is FAILED: its restart budget is exhausted or a replacement could not initialise."""
 
 
 @dataclass

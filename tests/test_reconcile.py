@@ -1,0 +1,359 @@
+"""The reconcile loop's pure core, stepped with a fake clock: no Ray.
+
+A fake group is the loop state plus a list of recovery tasks in flight; each test feeds observations
+(failures, finished tasks) and checks the plan. The property tests drive random failure sequences
+through ``decide`` and check the invariants the supervisor promises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from supervisor.restart_policy import (
+    Failure,
+    FailureReason,
+    RestartPolicy,
+    RestartStrategy,
+    restarts_in_window,
+)
+from supervisor.standby import BundleRef, ReplacementKind
+from supervisor.supervision import GroupState, SupervisionConfig, WorkerState
+from supervisor.supervision.reconcile import (
+    InitDone,
+    PlacementSeen,
+    RankFailed,
+    ReplacementDone,
+    decide,
+    initial_state,
+)
+from supervisor.supervision.recovery import RecoveryStopped, TaskRunner
+from supervisor.supervision.states import InvalidTransition, check_rank_transition
+
+WORLD = 4
+
+
+def _config(**restart) -> SupervisionConfig:
+    return SupervisionConfig(restart=RestartPolicy(**restart), init_method="init_model")
+
+
+def _placement(world: int = WORLD) -> PlacementSeen:
+    return PlacementSeen({r: BundleRef(0, r) for r in range(world)}, {}, {}, ())
+
+
+def _died(rank: int, reason: FailureReason = FailureReason.DIED) -> RankFailed:
+    return RankFailed(Failure(rank, reason, "boom"))
+
+
+@dataclass
+class FakeGroup:
+    """The loop state of a fake group, with the tasks its plans started, on a fake clock."""
+
+    config: SupervisionConfig
+    world: int = WORLD
+    now: float = 100.0
+    state: object = None
+    replacing: set[int] = field(default_factory=set)
+    init: tuple[int, ...] | None = None
+    plans: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.state = initial_state(self.world)
+
+    def step(self, *observations):
+        plan = decide(self.state, [*observations, _placement(self.world)], self.config, self.now)
+        self.state = plan.state
+        for r in plan.replacements:
+            assert r.rank not in self.replacing, f"rank {r.rank} replaced twice at once"
+            self.replacing.add(r.rank)
+        if plan.init is not None:
+            assert self.init is None, "two inits at once"
+            self.init = plan.init.ranks
+        self.plans.append(plan)
+        return plan
+
+    def replaced(self, rank: int, error: str | None = None):
+        self.replacing.discard(rank)
+        return self.step(ReplacementDone(rank, error=error))
+
+    def initialised(self, **kwargs):
+        ranks, self.init = self.init, None
+        assert ranks is not None
+        return self.step(InitDone(ranks, **kwargs))
+
+    def rank_states(self):
+        return [v.state for v in self.state.ranks]
+
+
+def test_a_failure_is_planned_once_and_the_same_state_plans_nothing_twice():
+    group = FakeGroup(_config())
+    plan = group.step(_died(2))
+    assert [r.rank for r in plan.replacements] == [2]
+    assert plan.replacements[0].kind is ReplacementKind.OWN_BUNDLE
+    assert [(r.rank, r.reason) for r in plan.restarts] == [(2, FailureReason.DIED)]
+    assert plan.state.group is GroupState.RECOVERING
+    assert group.step().empty  # level-based: nothing new observed, nothing new planned
+    assert group.step(_died(2)).empty  # a second report of the same death
+    plan = group.replaced(2)
+    assert plan.init is not None and plan.init.ranks == (2,) and not plan.init.propagate
+    assert group.step().empty
+    plan = group.initialised()
+    assert plan.serving == (2,) and plan.renewed == (2,)
+    assert plan.state.group is GroupState.RUNNING
+    assert group.step().empty
+
+
+def test_the_ranks_of_a_lost_node_are_replaced_side_by_side_and_initialised_together():
+    group = FakeGroup(_config())
+    plan = group.step(_died(2, FailureReason.NODE_LOST))
+    plan = group.step(_died(3, FailureReason.NODE_LOST))  # seen while rank 2's replacement runs
+    assert [r.rank for r in plan.replacements] == [3]
+    assert group.replacing == {2, 3}
+    assert group.replaced(2).init is None  # rank 3's actor is not up yet: one init for both
+    plan = group.replaced(3)
+    assert plan.init is not None and plan.init.ranks == (2, 3)
+    plan = group.initialised()
+    assert sorted(plan.renewed) == [2, 3] and plan.state.group is GroupState.RUNNING
+    assert [r.reason for r in group.state.history] == [FailureReason.NODE_LOST] * 2
+
+
+def test_a_new_rank_zero_gives_every_rank_the_new_rendezvous_and_reinitialises_them():
+    group = FakeGroup(_config())
+    group.step(_died(0))
+    plan = group.replaced(0)
+    assert plan.init is not None and plan.init.ranks == (0, 1, 2, 3) and plan.init.propagate
+    assert group.rank_states() == [WorkerState.INITIALIZING] * 4
+    plan = group.initialised()
+    assert plan.renewed == (0,) and sorted(plan.serving) == [0, 1, 2, 3]  # only rank 0 has a new actor
+
+
+def test_a_transient_error_is_retried_after_a_backoff_and_charged_again():
+    group = FakeGroup(_config(max_restarts=10))
+    group.step(_died(1))
+    plan = group.replaced(1, error="TimeoutError: placement groups not re-placed")
+    assert group.rank_states()[1] is WorkerState.FAILED and not plan.replacements
+    assert plan.wake_at is not None and plan.wake_at >= group.now + 0.5
+    assert group.step().empty  # still backing off
+    group.now = plan.wake_at
+    plan = group.step()
+    assert [r.rank for r in plan.replacements] == [1]
+    assert len(group.state.history) == 2  # every attempt is a restart
+
+
+def test_retries_stop_at_the_budget_and_name_the_failed_ranks():
+    group = FakeGroup(_config(max_restarts=3, restart_window_s=60))
+    group.step(_died(0, FailureReason.NODE_LOST), _died(1, FailureReason.NODE_LOST))
+    for _ in range(10):
+        for rank in sorted(group.replacing):
+            group.replaced(rank, error="TimeoutError: not re-placed")
+        if group.state.group is GroupState.FAILED:
+            break
+        group.now += 1.0
+        group.step()
+    assert group.state.group is GroupState.FAILED
+    assert restarts_in_window(group.state.history, group.config.restart, group.now) <= 3
+    assert "restart budget exhausted" in group.state.failure
+    assert "rank 0 node_lost" in group.state.failure and "rank 1 node_lost" in group.state.failure
+
+
+def test_one_for_all_rebuilds_every_rank_and_charges_only_the_failure():
+    group = FakeGroup(_config(strategy=RestartStrategy.ONE_FOR_ALL))
+    plan = group.step(_died(2))
+    assert sorted(r.rank for r in plan.replacements) == [0, 1, 2, 3]
+    assert [r.rank for r in plan.restarts] == [2]
+    for rank in (3, 1, 2):
+        assert group.replaced(rank).init is None
+    plan = group.replaced(0)
+    assert plan.init is not None and plan.init.ranks == (0, 1, 2, 3) and plan.init.propagate
+    assert sorted(group.initialised().renewed) == [0, 1, 2, 3]
+
+
+def test_without_an_init_method_a_replacement_serves_as_soon_as_it_is_up():
+    group = FakeGroup(SupervisionConfig())
+    group.step(_died(3))
+    plan = group.replaced(3)
+    assert plan.init is None and plan.renewed == (3,) and plan.state.group is GroupState.RUNNING
+
+
+def test_an_init_that_runs_out_of_attempts_fails_the_group():
+    group = FakeGroup(_config())
+    group.step(_died(1))
+    group.replaced(1)
+    plan = group.initialised(fatal="replacement of rank(s) [1] failed to initialise: boom")
+    assert plan.state.group is GroupState.FAILED and "failed to initialise" in plan.escalation
+    assert decide(plan.state, [_died(2)], group.config, group.now).empty  # terminal: nothing more
+
+
+def test_ranks_the_init_rebuilt_are_restarts_and_renewed():
+    group = FakeGroup(_config())
+    group.step(_died(0))
+    group.replaced(0)
+    plan = group.initialised(rebuilt={2: (FailureReason.DIED, 1)})
+    assert sorted(plan.renewed) == [0, 2]
+    assert [(r.rank, r.reason) for r in plan.restarts] == [(2, FailureReason.DIED)]
+
+
+def test_a_lost_node_goes_to_a_ready_standby_then_to_a_free_placed_spare():
+    config = _config()
+    state = initial_state(2)
+    lost_own = {BundleRef(0, 0): None, BundleRef(0, 1): None, BundleRef(1, 0): "n2", BundleRef(1, 1): "n3"}
+    seen = PlacementSeen(
+        {0: BundleRef(0, 0), 1: BundleRef(0, 1)}, lost_own, {BundleRef(1, 0): "n2"}, (BundleRef(1, 1),)
+    )
+    plan = decide(
+        state, [_died(0, FailureReason.NODE_LOST), _died(1, FailureReason.NODE_LOST), seen], config, 0.0
+    )
+    assert [(r.rank, r.kind, r.bundle) for r in plan.replacements] == [
+        (0, ReplacementKind.STANDBY, BundleRef(1, 0)),
+        (1, ReplacementKind.SPARE_BUNDLE, BundleRef(1, 1)),
+    ]
+
+
+def test_only_listed_transitions_are_allowed():
+    check_rank_transition(0, WorkerState.RUNNING, WorkerState.FAILED)
+    check_rank_transition(0, WorkerState.RESTARTING, WorkerState.INITIALIZING)
+    with pytest.raises(InvalidTransition):
+        check_rank_transition(0, WorkerState.RUNNING, WorkerState.RESTARTING)
+    with pytest.raises(InvalidTransition):
+        check_rank_transition(0, WorkerState.FAILED, WorkerState.RUNNING)
+
+
+# -- properties over random failure sequences ----------------------------------------------------
+_EVENT = st.one_of(
+    st.tuples(st.just("fail"), st.integers(0, WORLD - 1), st.sampled_from(list(FailureReason))),
+    st.tuples(st.just("replaced"), st.integers(0, WORLD - 1), st.booleans()),
+    st.tuples(st.just("init"), st.booleans(), st.integers(0, WORLD - 1)),
+    st.tuples(st.just("tick"), st.floats(0.0, 30.0), st.none()),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(_EVENT, max_size=60),
+    strategy=st.sampled_from(list(RestartStrategy)),
+    max_restarts=st.integers(0, 8),
+    backoff=st.sampled_from([0.0, 0.5, 2.0]),
+    with_init=st.booleans(),
+)
+def test_random_failure_sequences_keep_the_promises(events, strategy, max_restarts, backoff, with_init):
+    config = SupervisionConfig(
+        restart=RestartPolicy(
+            strategy=strategy, max_restarts=max_restarts, restart_window_s=60.0, backoff_initial_s=backoff
+        ),
+        init_method="init_model" if with_init else None,
+    )
+    group = FakeGroup(config)
+    for kind, a, b in events:
+        before = {v.rank: v.state for v in group.state.ranks}
+        if kind == "fail":
+            # Only a running rank can be observed failing (the detector watches only those).
+            if before[a] is not WorkerState.RUNNING:
+                continue
+            plan = group.step(_died(a, b))
+            failed_now = [m.rank for m in plan.moves if m.new_failure]
+            assert failed_now == [a]
+        elif kind == "replaced":
+            if a not in group.replacing:
+                continue
+            plan = group.replaced(a, error=None if b else "TimeoutError: not re-placed")
+        elif kind == "init":
+            if group.init is None:
+                continue
+            plan = group.initialised(
+                rebuilt={b: (FailureReason.INIT_FAILED, 1)} if a and b in group.init else {}
+            )
+        else:
+            group.now += a
+            plan = group.step()
+        # Never more restarts in the window than the budget allows, unless the group failed for it.
+        in_window = restarts_in_window(group.state.history, config.restart, group.now)
+        assert in_window <= max_restarts or group.state.group is GroupState.FAILED
+        # No healthy rank is replaced: a replacement only ever follows a failure of that rank, or (one_for_all) of another.
+        for r in plan.replacements:
+            assert before[r.rank] is WorkerState.FAILED or any(
+                m.rank == r.rank and m.target is WorkerState.FAILED for m in plan.moves
+            )
+            if strategy is RestartStrategy.ONE_FOR_ONE:
+                assert group.state.ranks[r.rank].charged
+        # Level-based: deciding again on the same state at the same time plans nothing.
+        if group.state.group is not GroupState.FAILED:
+            again = decide(group.state, [_placement()], config, group.now)
+            assert again.empty, again
+        if group.state.group is GroupState.FAILED:
+            assert group.state.failure
+            break
+    # Every rank is accounted for: running, or owned by recovery, or failed with the group.
+    for v in group.state.ranks:
+        if v.state is WorkerState.RESTARTING:
+            assert v.rank in group.replacing
+        if v.in_task and v.state is WorkerState.INITIALIZING:
+            assert group.init is not None and v.rank in group.init
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    failures=st.lists(st.tuples(st.integers(0, WORLD - 1), st.floats(0.0, 5.0)), max_size=40),
+    max_restarts=st.integers(0, 6),
+)
+def test_every_failure_of_a_running_rank_is_planned_exactly_once(failures, max_restarts):
+    """Failures arrive while replacements run; each one is replaced once, all replacements succeed."""
+    config = SupervisionConfig(restart=RestartPolicy(max_restarts=max_restarts, restart_window_s=1e9))
+    group = FakeGroup(config)
+    observed = planned = 0
+    for rank, dt in failures:
+        group.now += dt
+        if group.state.ranks[rank].state is WorkerState.RUNNING:
+            plan = group.step(_died(rank))
+            observed += 1
+        else:
+            plan = group.step()
+        planned += len(plan.replacements)
+        for done in sorted(group.replacing):
+            planned += len(group.replaced(done).replacements)
+        if group.init is not None:  # rank 0 was replaced: the others learn its rendezvous
+            group.initialised()
+        if group.state.group is GroupState.FAILED:
+            assert observed > max_restarts
+            return
+    assert planned == observed and len(group.state.history) == observed
+    assert group.state.group is GroupState.RUNNING
+
+
+# -- the task runner ------------------------------------------------------------------------------
+def test_stop_ends_every_task_and_leaves_no_thread():
+    outcomes = []
+    runner = TaskRunner("g", outcomes.append)
+    started = threading.Barrier(4)
+
+    def task():
+        started.wait(5)
+        while True:
+            runner.sleep(0.05)  # raises RecoveryStopped once stop() is called
+
+    for i in range(3):
+        runner.start(f"t{i}", task)
+    started.wait(5)
+    assert runner.running() == ["t0", "t1", "t2"]
+    t0 = time.monotonic()
+    assert runner.stop(timeout_s=5.0) == []
+    assert time.monotonic() - t0 < 2.0
+    assert not [t for t in threading.enumerate() if t.name.startswith("recovery-g-")]
+    assert outcomes == []  # stopped tasks report nothing
+
+
+def test_a_finished_task_reports_its_outcome():
+    outcomes = []
+    runner = TaskRunner("h", outcomes.append)
+    runner.start("replace-1", lambda: ReplacementDone(1))
+    deadline = time.monotonic() + 5
+    while not outcomes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert outcomes == [ReplacementDone(1)] and runner.running() == []
+    with pytest.raises(RecoveryStopped):
+        runner.stop(1.0)
+        runner.sleep(0.01)
