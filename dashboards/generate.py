@@ -264,7 +264,7 @@ def overview() -> db.Dashboard:
             timeseries_panel(
                 4,
                 "Workers by group and state",
-                "Workers of each group per state (running, restarting, failed). Every state is always "
+                "Workers of each group per state (running, restarting, initializing, failed). Every state is always "
                 "published, so a healthy group shows its size as running and 0 elsewhere.",
                 "short",
                 [target(f"sum by (group, state) ({sel('supervisor_workers', group=True)})", "{{group}} {{state}}")],
@@ -514,13 +514,14 @@ def recovery() -> db.Dashboard:
         .with_panel(
             timeseries_panel(
                 4,
-                "Workers restarting or failed by group",
-                "Workers of each group being replaced (restarting) or given up on (failed). Restarting should "
-                "return to 0 within the recovery time; failed stays until the group is restarted.",
+                "Workers restarting, initializing or failed by group",
+                "Workers of each group being replaced (restarting: placed and started; initializing: the new "
+                "rendezvous and init method) or given up on (failed). Both return to 0 within the recovery time; "
+                "failed stays until the group is restarted.",
                 "short",
                 [
                     target(
-                        sum_by("group, state", sel("supervisor_workers", 'state=~"restarting|failed"', group=True)),
+                        sum_by("group, state", sel("supervisor_workers", 'state=~"restarting|initializing|failed"', group=True)),
                         "{{group}} {{state}}",
                     )
                 ],

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["RankPlacement", "compute_drift"]
+__all__ = ["RankPlacement", "compute_drift", "is_drifted", "count_drifted"]
+
+
+def is_drifted(original_node: str | None, current_node: str | None) -> bool:
+    """The drift rule: both nodes known, and different (an unknown node is not drift)."""
+    return original_node is not None and current_node is not None and original_node != current_node
 
 
 @dataclass(frozen=True)
@@ -22,9 +27,14 @@ class RankPlacement:
 
     @property
     def drifted(self) -> bool:
-        return self.original_node is not None and self.current_node is not None and self.original_node != self.current_node
+        return is_drifted(self.original_node, self.current_node)
 
 
 def compute_drift(original: Mapping[int, str | None], current: Mapping[int, str | None]) -> list[RankPlacement]:
     """Per-rank placement for every rank in ``original`` (unknown current nodes count as not drifted)."""
     return [RankPlacement(rank, original.get(rank), current.get(rank)) for rank in sorted(original)]
+
+
+def count_drifted(original: Mapping[int, str | None], current: Mapping[int, str | None]) -> int:
+    """How many ranks of ``original`` drifted (the drift gauge), without building a placement per rank."""
+    return sum(1 for rank, node in original.items() if is_drifted(node, current.get(rank)))

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .drift import is_drifted
 from .restart_policy import RestartPolicy
 
 __all__ = [
@@ -74,7 +75,7 @@ class RankRecord:
 
     @property
     def drifted(self) -> bool:
-        return self.node_id is not None and self.original_node is not None and self.node_id != self.original_node
+        return is_drifted(self.original_node, self.node_id)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..restart_policy import (
     Failure,
@@ -77,6 +78,7 @@ class LoopState:
     init_running: bool = False
     init_not_before: float = 0.0  # after a transient init error
     failure: str | None = None
+    unsettled: frozenset[int] = frozenset()  # ranks not RUNNING (a pass over a large group looks at these only)
 
 
 def initial_state(world_size: int, history: Sequence[RestartRecord] = ()) -> LoopState:
@@ -163,26 +165,23 @@ class Plan:
         )
 
 
-def decide(
-    state: LoopState, observations: Sequence[Observation], config: SupervisionConfig, now: float
-) -> Plan:
+def decide(state: LoopState, observations: Sequence[Observation], config: SupervisionConfig, now: float) -> Plan:
     """The next plan for a group, from its state and what was observed since the last pass (pure)."""
-    if state.group.is_terminal:
-        return Plan(state)
+    if state.group.is_terminal or (not observations and state.group is GroupState.RUNNING):
+        return Plan(state)  # RUNNING: every rank runs and nothing is pending
     return _Planner(state, config, now).plan(observations)
 
 
 class _Planner:
     def __init__(self, state: LoopState, config: SupervisionConfig, now: float) -> None:
         self.config, self.policy, self.now = config, config.restart, now
-        self.ranks = {v.rank: v for v in state.ranks}
-        self.history = list(state.history)
-        self.rendezvous_stale, self.init_running, self.init_not_before = (
-            state.rendezvous_stale,
-            state.init_running,
-            state.init_not_before,
-        )
         self.group = state.group
+        self.ranks = list(state.ranks)  # indexed by rank
+        self.unsettled = set(state.unsettled)
+        self.history = list(state.history)
+        self.rendezvous_stale = state.rendezvous_stale
+        self.init_running = state.init_running
+        self.init_not_before = state.init_not_before
         self.moves: list[RankMove] = []
         self.restarts: list[RestartRecord] = []
         self.serving: list[int] = []
@@ -212,13 +211,23 @@ class _Planner:
             init = self._start_init()
         return self._finish(replacements, init)
 
+    def _in(self, *states: WorkerState) -> list[int]:
+        """Ranks in one of ``states``, in rank order (only unsettled ranks are looked at)."""
+        return sorted(r for r in self.unsettled if self.ranks[r].state in states)
+
     # -- folding observations -------------------------------------------------------------------
-    def _move(self, rank: int, target: WorkerState, new_failure: bool = False, **changes: object) -> None:
+    def _move(self, rank: int, target: WorkerState, new_failure: bool = False, **changes: Any) -> None:
         view = self.ranks[rank]
         check_rank_transition(rank, view.state, target)
-        updated = dataclasses.replace(view, state=target, **changes)  # type: ignore[arg-type]
-        self.ranks[rank] = updated
+        updated = self.ranks[rank] = dataclasses.replace(view, state=target, **changes)
+        if target is WorkerState.RUNNING:
+            self.unsettled.discard(rank)
+        else:
+            self.unsettled.add(rank)
         self.moves.append(RankMove(rank, view.state, target, updated.failure, new_failure))
+
+    def _set(self, rank: int, **changes: Any) -> None:
+        self.ranks[rank] = dataclasses.replace(self.ranks[rank], **changes)
 
     def _backoff(self, rank: int, at_least: float = 0.0) -> float:
         window_start = self.now - self.policy.restart_window_s
@@ -228,26 +237,17 @@ class _Planner:
     def _fail(self, failure: Failure) -> bool:
         if self.ranks[failure.rank].state is not WorkerState.RUNNING:
             return False  # already being recovered: one failure, one recovery
-        self._move(failure.rank, WorkerState.FAILED, new_failure=True, failure=failure, failed_at=self.now, charged=True,
-                   not_before=self.now + self._backoff(failure.rank))  # fmt: skip
+        not_before = self.now + self._backoff(failure.rank)
+        self._move(failure.rank, WorkerState.FAILED, True, failure=failure, failed_at=self.now, charged=True, not_before=not_before)
         return True
 
     def _rebuild_the_others(self, failures: list[Failure]) -> None:
         trigger = min(failures, key=lambda f: f.rank)
         not_before = max(self.ranks[f.rank].not_before for f in failures)
-        for view in list(self.ranks.values()):
+        for view in list(self.ranks):
             if view.state is WorkerState.RUNNING:
-                collateral = Failure(
-                    view.rank, trigger.reason, f"rebuilt with rank {trigger.rank} (one_for_all)", None
-                )
-                self._move(
-                    view.rank,
-                    WorkerState.FAILED,
-                    failure=collateral,
-                    failed_at=self.now,
-                    charged=False,
-                    not_before=not_before,
-                )
+                collateral = Failure(view.rank, trigger.reason, f"rebuilt with rank {trigger.rank} (one_for_all)", None)
+                self._move(view.rank, WorkerState.FAILED, failure=collateral, failed_at=self.now, charged=False, not_before=not_before)
 
     def _replacement_done(self, done: ReplacementDone) -> None:
         view = self.ranks[done.rank]
@@ -255,13 +255,13 @@ class _Planner:
             return  # stale (the group was stopped and supervised again)
         if done.fatal is not None:
             self._escalate(done.fatal)
-            self.ranks[done.rank] = dataclasses.replace(view, in_task=False)
+            self._set(done.rank, in_task=False)
             return
         if done.error is not None:
             assert view.failure is not None
             retried = dataclasses.replace(view.failure, detail=done.error)
-            self._move(done.rank, WorkerState.FAILED, failure=retried, in_task=False,
-                       not_before=self.now + self._backoff(done.rank, at_least=RECOVERY_RETRY_MIN_S))  # fmt: skip
+            not_before = self.now + self._backoff(done.rank, at_least=RECOVERY_RETRY_MIN_S)
+            self._move(done.rank, WorkerState.FAILED, failure=retried, in_task=False, not_before=not_before)
             return
         self._move(done.rank, WorkerState.INITIALIZING, in_task=False, replaced=True)
         if done.rank == 0:
@@ -270,7 +270,7 @@ class _Planner:
     def _init_done(self, done: InitDone) -> None:
         self.init_running = False
         for r in done.ranks:
-            self.ranks[r] = dataclasses.replace(self.ranks[r], in_task=False)
+            self._set(r, in_task=False)
         if done.fatal is not None:
             self._escalate(done.fatal)
             return
@@ -278,23 +278,13 @@ class _Planner:
             self.init_not_before = self.now + max(RECOVERY_RETRY_MIN_S, self.policy.backoff_s(2))
             charged = [RestartRecord(min(done.ranks), FailureReason.INIT_FAILED, self.now)]
             if not budget_allows(self.history, len(charged), self.policy, self.now):
-                self._escalate(
-                    self._budget_message(f"the init of rank(s) {list(done.ranks)} kept failing: {done.error}")
-                )
+                self._escalate(self._budget_message(f"the init of rank(s) {list(done.ranks)} kept failing: {done.error}"))
                 return
             self._charge(charged)
             return
-        self._charge(
-            [
-                RestartRecord(r, reason, self.now)
-                for r, (reason, n) in sorted(done.rebuilt.items())
-                for _ in range(n)
-            ]
-        )
+        self._charge([RestartRecord(r, reason, self.now) for r, (reason, n) in sorted(done.rebuilt.items()) for _ in range(n)])
         if not budget_allows(self.history, 0, self.policy, self.now):  # the init had to replace ranks itself
-            self._escalate(
-                self._budget_message(f"rank(s) {sorted(done.rebuilt)} were replaced again during their init")
-            )
+            self._escalate(self._budget_message(f"rank(s) {sorted(done.rebuilt)} were replaced again during their init"))
             return
         for r in done.ranks:
             if self.ranks[r].state is WorkerState.INITIALIZING:
@@ -316,35 +306,23 @@ class _Planner:
 
     def _budget_message(self, what: str) -> str:
         in_window = restarts_in_window(self.history, self.policy, self.now)
-        return (
-            f"restart budget exhausted: {in_window} restart(s) in the last {self.policy.restart_window_s:g}s "
-            f"(max_restarts={self.policy.max_restarts}); {what}"
-        )
+        window, limit = self.policy.restart_window_s, self.policy.max_restarts
+        return f"restart budget exhausted: {in_window} restart(s) in the last {window:g}s (max_restarts={limit}); {what}"
 
     # -- what to start --------------------------------------------------------------------------
     def _start_replacements(self) -> list[Replacement]:
-        due = sorted(
-            r for r, v in self.ranks.items() if v.state is WorkerState.FAILED and v.not_before <= self.now
-        )
+        due = [r for r in self._in(WorkerState.FAILED) if self.ranks[r].not_before <= self.now]
         if not due or self.placement is None:  # the loop observes the placement whenever a rank is FAILED
             return []
         charged = [RestartRecord(r, self._reason(r), self.now) for r in due if self.ranks[r].charged]
         if not budget_allows(self.history, len(charged), self.policy, self.now):
-            failing = [
-                v
-                for v in sorted(self.ranks.values(), key=lambda v: v.rank)
-                if v.failure is not None and v.charged
-            ]
-            causes = "; ".join(
-                f"rank {v.rank} {v.failure.reason.value}"
-                + (f" ({v.failure.detail})" if v.failure.detail else "")
-                for v in failing
-                if v.failure
-            )
+            failing = [self.ranks[r] for r in sorted(self.unsettled) if self.ranks[r].charged]
+            causes = "; ".join(_describe(v.failure) for v in failing if v.failure is not None)
             self._escalate(self._budget_message(f"failed: {causes}"))
             return []
         self._charge(charged)
-        plan = self._where(due)
+        seen = self.placement
+        plan = plan_replacements(due, seen.rank_bundles, seen.bundle_nodes, seen.standbys, seen.free)
         for replacement in plan:
             self._move(replacement.rank, WorkerState.RESTARTING, in_task=True)
         return plan
@@ -353,19 +331,10 @@ class _Planner:
         failure = self.ranks[rank].failure
         return failure.reason if failure is not None else FailureReason.DIED
 
-    def _where(self, ranks: list[int]) -> list[Replacement]:
-        seen = self.placement
-        assert seen is not None
-        return plan_replacements(ranks, seen.rank_bundles, seen.bundle_nodes, seen.standbys, seen.free)
-
     def _start_init(self) -> InitOrder | None:
-        if self.init_running or self.now < self.init_not_before:
-            return None
-        if any(v.state is WorkerState.RESTARTING for v in self.ranks.values()):
-            return None  # the ranks of one failure initialise together
-        waiting = sorted(
-            r for r, v in self.ranks.items() if v.state is WorkerState.INITIALIZING and not v.in_task
-        )
+        if self.init_running or self.now < self.init_not_before or self._in(WorkerState.RESTARTING):
+            return None  # one init at a time; the ranks of one failure initialise together
+        waiting = [r for r in self._in(WorkerState.INITIALIZING) if not self.ranks[r].in_task]
         if not waiting:
             return None
         run_init = self.config.init_method is not None
@@ -373,46 +342,39 @@ class _Planner:
             for r in waiting:  # nothing to run: they serve as soon as their actor is up
                 self._serve(r, replaced=self.ranks[r].replaced)
             return None
-        ranks = waiting
         if self.rendezvous_stale:  # every live rank learns the new rendezvous (and re-runs init)
-            for r, v in sorted(self.ranks.items()):
-                if v.state is WorkerState.RUNNING:
-                    self._move(r, WorkerState.INITIALIZING)
-            ranks = sorted(
-                r for r, v in self.ranks.items() if v.state is WorkerState.INITIALIZING and not v.in_task
-            )
-        for r in ranks:
-            self.ranks[r] = dataclasses.replace(self.ranks[r], in_task=True)
-        order = InitOrder(tuple(ranks), propagate=self.rendezvous_stale, run_init=run_init)
+            for view in list(self.ranks):
+                if view.state is WorkerState.RUNNING:
+                    self._move(view.rank, WorkerState.INITIALIZING)
+            waiting = [r for r in self._in(WorkerState.INITIALIZING) if not self.ranks[r].in_task]
+        for r in waiting:
+            self._set(r, in_task=True)
+        order = InitOrder(tuple(waiting), propagate=self.rendezvous_stale, run_init=run_init)
         self.rendezvous_stale = False
         self.init_running = True
         return order
 
     # -- the resulting state --------------------------------------------------------------------
     def _finish(self, replacements: list[Replacement], init: InitOrder | None) -> Plan:
-        ranks = tuple(self.ranks[r] for r in sorted(self.ranks))
         if self.escalation is not None:
             target = GroupState.FAILED
-        elif all(v.state is WorkerState.RUNNING for v in ranks):
+        elif not self.unsettled:
             target = GroupState.RUNNING
         else:
             target = GroupState.RECOVERING
         check_group_transition(self.group, target)
-        backoffs = [v.not_before for v in ranks if v.state is WorkerState.FAILED and v.not_before > self.now]
-        if self.init_not_before > self.now and any(
-            v.state is WorkerState.INITIALIZING and not v.in_task for v in ranks
-        ):
+        backoffs = [self.ranks[r].not_before for r in self._in(WorkerState.FAILED) if self.ranks[r].not_before > self.now]
+        if self.init_not_before > self.now and self._in(WorkerState.INITIALIZING):
             backoffs.append(self.init_not_before)
         state = LoopState(
-            target,
-            ranks,
-            tuple(self.history),
-            self.rendezvous_stale,
-            self.init_running,
-            self.init_not_before,
-            self.escalation,
-        )
+            target, tuple(self.ranks), tuple(self.history), self.rendezvous_stale, self.init_running, self.init_not_before,
+            self.escalation, frozenset(self.unsettled),
+        )  # fmt: skip
         return Plan(
             state, tuple(self.moves), tuple(self.restarts), tuple(replacements), init, tuple(self.serving), tuple(self.renewed),
             self.escalation, min(backoffs) if backoffs else None,
         )  # fmt: skip
+
+
+def _describe(failure: Failure) -> str:
+    return f"rank {failure.rank} {failure.reason.value}" + (f" ({failure.detail})" if failure.detail else "")

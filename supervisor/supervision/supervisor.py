@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cluster_state import read_snapshot
-from ..drift import RankPlacement, compute_drift
+from ..drift import RankPlacement, compute_drift, count_drifted, is_drifted
 from ..errors import GroupFailedError, first_line
 from ..group import WorkerGroup
 from ..hooks import LifecycleHooks, default_hooks
@@ -68,7 +68,7 @@ class RankStatus:
 
     @property
     def drifted(self) -> bool:
-        return RankPlacement(self.rank, self.original_node, self.node_id).drifted
+        return is_drifted(self.original_node, self.node_id)
 
 
 class GroupSupervisor:
@@ -175,8 +175,8 @@ class GroupSupervisor:
         # Blocking group calls go through the supervisor only once something drives recovery.
         self.group.supervisor = self
         self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
-        for r in range(self.group.world_size):
-            self._detector.watch(r, 0)
+        for status in self._ranks:
+            self._detector.watch(status.rank, status.generation)
         self._publish_worker_states(self._loop)
         self.hooks.on_drift_state(
             self.group.name, sum(1 for p in self.drift() if p.drifted)
@@ -373,6 +373,7 @@ class GroupSupervisor:
         if plan.empty:
             return
         now = self.clock()
+        self._log_transitions(plan)
         rebuilt = {
             r: n
             for obs in observations
@@ -421,10 +422,8 @@ class GroupSupervisor:
                 )
         self._publish_worker_states(plan.state)
         if plan.renewed:
-            drifted = {r.rank: r.drifted for r in self._ranks} | {
-                r: RankPlacement(r, self._ranks[r].original_node, n).drifted for r, n in nodes.items()
-            }
-            hooks.on_drift_state(group.name, sum(drifted.values()))
+            current = {r.rank: r.node_id for r in self._ranks} | nodes
+            hooks.on_drift_state(group.name, count_drifted({r.rank: r.original_node for r in self._ranks}, current))
         if plan.escalation is not None:
             self._failure = GroupFailedError(f"group {group.name} FAILED: {plan.escalation}")
         with self._cond:
@@ -459,6 +458,13 @@ class GroupSupervisor:
         for r in plan.serving:
             self._detector.watch(r, self._ranks[r].generation)
         self._requeue_deferred(plan.serving)
+
+    def _log_transitions(self, plan: Plan) -> None:
+        for move in plan.moves:
+            reason = move.failure.reason.value if move.failure is not None else None
+            log.info("rank_state", group=self.group.name, rank=move.rank, source=move.source.value, target=move.target.value, reason=reason)
+        if plan.state.group is not self._loop.group:
+            log.info("group_state", group=self.group.name, source=self._loop.group.value, target=plan.state.group.value)
 
     def _start_replacement(self, replacement: Replacement) -> None:
         rank = replacement.rank
