@@ -53,7 +53,6 @@ from .record import (
     GroupRecord,
     Liveness,
     PoolRecord,
-    RankRecord,
     RecordStore,
     StandbyRecord,
     SupervisorRecord,
@@ -750,11 +749,11 @@ def _group_record(m: _ManagedGroup, base: GroupRecord | None) -> GroupRecord:
     record.master_addr = m.group.master_address
     record.master_port = int(m.group.master_port) if m.group.master_port else None
     record.actor_names = list(m.group.worker_names)
-    record.bundles = [[b.pg_index, b.bundle_index] for b in m.group.rank_bundles]
+    record.bundles = [list(b) for b in m.group.rank_bundles]
     ready = sup.standby_nodes()
-    record.standbys = [StandbyRecord(s.name, [b.pg_index, b.bundle_index], ready.get(b)) for b, s in sorted(m.group.standbys.items())]
+    record.standbys = [StandbyRecord(s.name, list(b), ready.get(b)) for b, s in sorted(m.group.standbys.items())]
     record.standbys_wanted = sup.config.standbys
-    record.ranks = [RankRecord(r.rank, r.state.value, r.node_id, r.original_node, r.restarts, r.last_failure) for r in sup.ranks()]
+    record.ranks = sup.ranks()
     record.restarts = [[h.rank, h.reason.value, wall - (mono - h.at)] for h in sup.restart_history() if mono - h.at <= window]
     record.failure = str(sup.failure) if sup.failure else None
     return record

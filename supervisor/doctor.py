@@ -23,6 +23,7 @@ from .budget import bundle_misfits, cluster_misfits
 from .record import Liveness, RecordStore, SupervisorRecord, liveness
 from .resources import ClusterSnapshot, PlacementGroupRecord, PoolDemand, find_infeasibility, format_resources
 from .resources import diagnose as diagnose_wait
+from .supervision.states import WorkerState
 
 __all__ = ["Phase", "Finding", "DoctorFacts", "diagnose", "gather_facts", "render_findings"]
 
@@ -230,7 +231,7 @@ def _recovered(record: SupervisorRecord, group: str, rank: int) -> bool:
     g = record.groups.get(group)
     if g is None or not g.initialized:
         return False
-    return any(r.rank == rank and r.state == "running" for r in g.ranks)
+    return any(r.rank == rank and r.state is WorkerState.RUNNING for r in g.ranks)
 
 
 def _owner(pg: PlacementGroupRecord) -> str | None:

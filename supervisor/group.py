@@ -174,7 +174,7 @@ class WorkerGroup:
         if placement is not None and len(placement.actor_names) == len(slots) and len(placement.bundles) == len(slots) and set(placement.bundles) <= usable:
             names, bundles = list(placement.actor_names), list(placement.bundles)
         else:  # the layout's (also when the recorded bundles are gone, e.g. the spares were dropped from the spec)
-            names, bundles = [actor_name(self.name_prefix, class_name, slot) for slot in slots], [BundleRef(s.pg_index, s.bundle_index) for s in slots]
+            names, bundles = [actor_name(self.name_prefix, class_name, slot) for slot in slots], [s.bundle for s in slots]
         existing = {rank: handle for rank, name in enumerate(names) if adopt and (handle := self._find_actor(name)) is not None}
         self._bundles = bundles
         if self._rendezvous is None or (adopt and 0 not in existing):
@@ -392,7 +392,7 @@ class WorkerGroup:
         self._workers[rank] = standby.handle
         self._worker_names[rank] = standby.name
         self.rank_nodes[rank] = info["node_id"]
-        log.info("standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=f"{bundle.pg_index}:{bundle.bundle_index}")
+        log.info("standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=str(bundle))
         return standby.handle
 
     def start_standbys(self, bundles: list[BundleRef]) -> list[Standby]:
@@ -420,7 +420,7 @@ class WorkerGroup:
 
     def all_bundles(self) -> list[BundleRef]:
         """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
-        layout = [BundleRef(s.pg_index, s.bundle_index) for s in self._slots]
+        layout = [s.bundle for s in self._slots]
         spares = []
         if self.resource_pool is not None and self.resource_pool.spare_pg is not None:
             spare_index = len(self._pgs) - 1

@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import ConfigError
 
 __all__ = [
+    "BundleRef",
     "BundleSlot",
     "bundle_resources",
     "placement_group_name",
@@ -28,23 +30,45 @@ __all__ = [
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
+class BundleRef(NamedTuple):
+    """The address of one bundle of a pool: the one representation, everywhere (a ``(pg, b)`` tuple
+    compares and hashes equal to it; the record stores it as ``[pg, b]``, logs and status as ``"pg:b"``).
+
+    Attributes:
+        pg_index: index of the placement group in the pool (one per node; the spare group last).
+        bundle_index: index of the bundle inside that placement group.
+    """
+
+    pg_index: int
+    bundle_index: int
+
+    def __str__(self) -> str:
+        return f"{self.pg_index}:{self.bundle_index}"
+
+
 @dataclass(frozen=True)
 class BundleSlot:
     """Where one rank lives.
 
     Attributes:
         rank: global rank within the group.
-        pg_index: index of the placement group in the pool (pools keep one placement group per node).
-        bundle_index: index of the bundle inside that placement group.
+        bundle: its bundle.
         local_rank: position of the rank among the ranks of its placement group.
         local_world_size: number of ranks in its placement group.
     """
 
     rank: int
-    pg_index: int
-    bundle_index: int
+    bundle: BundleRef
     local_rank: int
     local_world_size: int
+
+    @property
+    def pg_index(self) -> int:
+        return self.bundle.pg_index
+
+    @property
+    def bundle_index(self) -> int:
+        return self.bundle.bundle_index
 
 
 def check_process_on_nodes(process_on_nodes: object) -> list[int]:
@@ -141,7 +165,7 @@ def rank_layout(process_on_nodes: list[int], start: int = 0, world_size: int | N
     flat: list[tuple[int, int, int]] = [(pg, b, n) for pg, n in enumerate(counts) for b in range(n)]
     slots: list[BundleSlot] = []
     for rank, (pg, b, n) in enumerate(flat[start : start + world_size]):
-        slots.append(BundleSlot(rank=rank, pg_index=pg, bundle_index=b, local_rank=b, local_world_size=n))
+        slots.append(BundleSlot(rank=rank, bundle=BundleRef(pg, b), local_rank=b, local_world_size=n))
     return slots
 
 

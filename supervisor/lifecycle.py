@@ -333,7 +333,7 @@ def _run_round(
             outcome=outcome,
             error=error,
             node_id=rank_nodes.get(rank) or _bundle_node(group, bundle),
-            bundle=f"{bundle.pg_index}:{bundle.bundle_index}" if bundle else None,
+            bundle=str(bundle) if bundle else None,
             duration_s=elapsed,
         )
         hooks.on_init_attempt(group.name, attempt)

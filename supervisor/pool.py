@@ -22,6 +22,7 @@ from typing import Any
 from .errors import ClusterUnavailableError, ConfigError, PlacementError
 from .hooks import LifecycleHooks, default_hooks
 from .layout import (
+    BundleRef,
     BundleSlot,
     bundle_resources,
     check_capacity_factor,
@@ -70,8 +71,7 @@ class PlacementStrategy(enum.Enum):
 class BundlePlacement:
     """A bundle and the node it was on when its placement group became ready."""
 
-    pg_index: int
-    bundle_index: int
+    bundle: BundleRef
     node_id: str
 
 
@@ -140,7 +140,7 @@ class ResourcePool:
         self._owns_pgs = True
         self._created: list[Any] = []  # placement groups this pool created (not adopted)
         self._parent: ResourcePool | None = None
-        self._original_nodes: dict[tuple[int, int], str] = {}
+        self._original_nodes: dict[BundleRef, str] = {}
 
     # -- layout (pure) --------------------------------------------------------------------------
     def add_node(self, process_count: int) -> None:
@@ -332,7 +332,7 @@ class ResourcePool:
         return sorted(pgs, key=key)
 
     def _record_original_nodes(self) -> None:
-        self._original_nodes = {(b.pg_index, b.bundle_index): b.node_id for b in self.current_bundle_nodes()}
+        self._original_nodes = {b.bundle: b.node_id for b in self.current_bundle_nodes()}
 
     def bundle_counts(self) -> tuple[int, int]:
         """``(placed, pending)`` bundles of the pool right now (pending: not yet placed, or being
@@ -354,17 +354,17 @@ class ResourcePool:
         for pg_index, pg in enumerate(self.pgs or []):
             table = placement_group_table(pg)
             for bundle_index, node_id in sorted(table.get("bundles_to_node_id", {}).items()):
-                out.append(BundlePlacement(pg_index, int(bundle_index), str(node_id)))
+                out.append(BundlePlacement(BundleRef(pg_index, int(bundle_index)), str(node_id)))
         return out
 
-    def original_bundle_nodes(self) -> dict[tuple[int, int], str]:
-        """Node of every bundle when the placement groups became ready: ``{(pg_index, bundle_index): node_id}``."""
+    def original_bundle_nodes(self) -> dict[BundleRef, str]:
+        """Node of every bundle when the placement groups became ready."""
         return dict(self._original_nodes)
 
     def bundle_node(self, pg_index: int, bundle_index: int) -> str:
         """The node bundle ``bundle_index`` of placement group ``pg_index`` was on when it became ready."""
         try:
-            return self._original_nodes[(pg_index, bundle_index)]
+            return self._original_nodes[BundleRef(pg_index, bundle_index)]
         except KeyError:
             raise PlacementError(f"pool {self.name_prefix!r} has no ready bundle ({pg_index}, {bundle_index})") from None
 
@@ -398,7 +398,7 @@ class ResourcePool:
             if id(pg) in fresh:
                 continue
             for bundle_index, node in enumerate(original_nodes.get(name, [])):
-                self._original_nodes[(pg_index, bundle_index)] = node
+                self._original_nodes[BundleRef(pg_index, bundle_index)] = node
 
     def release_created(self) -> None:
         """Undo the last :meth:`get_placement_groups`: remove the placement groups it created, forget the
@@ -546,6 +546,6 @@ def merge_resource_pool(rp1: ResourcePool, rp2: ResourcePool) -> ResourcePool:
     offset = len(pgs1)
     merged._original_nodes = {
         **rp1.original_bundle_nodes(),
-        **{(pg + offset, b): node for (pg, b), node in rp2.original_bundle_nodes().items()},
+        **{BundleRef(pg + offset, b): node for (pg, b), node in rp2.original_bundle_nodes().items()},
     }
     return merged

@@ -18,13 +18,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .drift import is_drifted
 from .restart_policy import RestartPolicy
+from .supervision.states import RankStatus, WorkerState
 
 __all__ = [
     "DaemonState",
     "Liveness",
-    "RankRecord",
     "GroupRecord",
     "StandbyRecord",
     "PoolRecord",
@@ -65,20 +64,6 @@ class Liveness(enum.Enum):
 
 
 @dataclass
-class RankRecord:
-    rank: int
-    state: str  # WorkerState value
-    node_id: str | None = None
-    original_node: str | None = None
-    restarts: int = 0
-    last_failure: str | None = None
-
-    @property
-    def drifted(self) -> bool:
-        return is_drifted(self.original_node, self.node_id)
-
-
-@dataclass
 class StandbyRecord:
     name: str  # the standby's actor name
     bundle: list[int]  # [placement-group index (the spare group comes after the pool's), bundle index]
@@ -95,7 +80,7 @@ class GroupRecord:
     initialized: bool = False
     master_addr: str | None = None
     master_port: int | None = None
-    ranks: list[RankRecord] = field(default_factory=list)
+    ranks: list[RankStatus] = field(default_factory=list)
     restarts: list[list[Any]] = field(default_factory=list)  # [rank, reason, wall time] within the window
     restart_window_s: float = RestartPolicy.restart_window_s
     max_restarts: int = RestartPolicy.max_restarts
@@ -150,7 +135,7 @@ class SupervisorRecord:
     warnings: list[str] = field(default_factory=list)  # e.g. CPU oversubscription, found at start
 
     def to_json(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=_enum_value).encode()
 
     @classmethod
     def from_json(cls, data: bytes | str) -> SupervisorRecord:
@@ -162,7 +147,7 @@ class SupervisorRecord:
                 GroupRecord,
                 {
                     **v,
-                    "ranks": [_known(RankRecord, r) for r in v.get("ranks", [])],
+                    "ranks": [_rank(r) for r in v.get("ranks", [])],
                     "standbys": [_known(StandbyRecord, s) for s in v.get("standbys", [])],
                 },
             )
@@ -173,6 +158,18 @@ class SupervisorRecord:
 
     def heartbeat_age(self, now: float) -> float:
         return max(0.0, now - self.heartbeat_at)
+
+
+def _enum_value(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _rank(raw: dict[str, Any]) -> RankStatus:
+    rank = _known(RankStatus, raw)
+    rank.state = WorkerState(rank.state)
+    return rank
 
 
 def _known(cls: Any, raw: dict[str, Any]) -> Any:

@@ -27,15 +27,9 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .layout import BundleRef
+
 __all__ = ["BundleRef", "ReplacementKind", "Replacement", "plan_replacements", "free_bundles", "standby_bundles"]
-
-
-@dataclass(frozen=True, order=True)
-class BundleRef:
-    """A bundle of a group's placement groups (the pool's, in rank order, then its spare group)."""
-
-    pg_index: int
-    bundle_index: int
 
 
 class ReplacementKind(enum.Enum):

@@ -142,7 +142,7 @@ def _supervisor_status(
     for g in record.groups.values():
         world = len(g.actor_names)
         if alive and g.ranks:
-            counts = Counter(WorkerState(r.state) for r in g.ranks)
+            counts = Counter(r.state for r in g.ranks)
             running, failed = counts[WorkerState.RUNNING], counts[WorkerState.FAILED]
             restarting = counts[WorkerState.RESTARTING] + counts[WorkerState.INITIALIZING]  # on their way back
         else:

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from supervisor.doctor import DoctorFacts, FindingKind, Phase, diagnose, render_findings
-from supervisor.record import FailureEvent, GroupRecord, RankRecord, SupervisorRecord
+from supervisor.record import FailureEvent, GroupRecord, SupervisorRecord
 from supervisor.resources import ClusterSnapshot, NodeResources, PlacementGroupRecord, PoolDemand
+from supervisor.supervision import RankStatus, WorkerState
 
 NOW = 1_800_000_000.0
 NODE = "a" * 56
@@ -37,7 +38,7 @@ def kinds(findings) -> list[tuple[str, str]]:
 
 
 def test_a_healthy_cluster_has_no_findings():
-    healthy = record(groups={"g": GroupRecord("g", "p", "m:C", ["a", "b"], state="running", initialized=True, ranks=[RankRecord(0, "running", NODE, NODE)])})
+    healthy = record(groups={"g": GroupRecord("g", "p", "m:C", ["a", "b"], state="running", initialized=True, ranks=[RankStatus(0, WorkerState.RUNNING, 0, NODE, NODE)])})
     assert diagnose(facts(records=[healthy], cluster_ray_version="2.60.0")) == []
     assert render_findings([]).startswith("supervisor doctor: nothing found")
 
@@ -71,7 +72,7 @@ def test_leaked_placement_group_and_orphaned_supervisor():
 def test_init_failures_restarts_drift_hung_oversubscription_version():
     group = GroupRecord(
         "g", "p", "m:C", ["a", "b"], state="running", initialized=True,
-        ranks=[RankRecord(0, "running", NODE, NODE), RankRecord(1, "running", "b" * 56, NODE)],
+        ranks=[RankStatus(0, WorkerState.RUNNING, 0, NODE, NODE), RankStatus(1, WorkerState.RUNNING, 0, "b" * 56, NODE)],
         restarts=[[1, "node_lost", NOW - 10]],
     )  # fmt: skip
     # Group h still initialising: rank 1 keeps failing. Group g's rank 1 failed an attempt, then succeeded.
@@ -102,7 +103,7 @@ def test_fewer_ready_standbys_than_wanted():
     from supervisor.record import StandbyRecord
 
     group = GroupRecord(
-        "g", "p", "m:C", ["a"], state="running", initialized=True, ranks=[RankRecord(0, "running", NODE, NODE)],
+        "g", "p", "m:C", ["a"], state="running", initialized=True, ranks=[RankStatus(0, WorkerState.RUNNING, 0, NODE, NODE)],
         standbys=[StandbyRecord("g_C_standby-1", [1, 0], NODE), StandbyRecord("g_C_standby-2", [1, 1], None)], standbys_wanted=3,
     )  # fmt: skip
     (finding,) = diagnose(facts(records=[record(groups={"g": group})], cluster_ray_version="2.60.0"))

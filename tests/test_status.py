@@ -8,7 +8,6 @@ from supervisor.record import (
     GroupRecord,
     Liveness,
     PoolRecord,
-    RankRecord,
     StandbyRecord,
     SupervisorRecord,
     liveness,
@@ -23,6 +22,7 @@ from supervisor.status import (
     render_status,
     short_node,
 )
+from supervisor.supervision import RankStatus, WorkerState
 
 NOW = 1_800_000_000.0
 
@@ -33,7 +33,7 @@ def record(heartbeat_age_s: float = 0.0) -> SupervisorRecord:
         heartbeat_at=NOW - heartbeat_age_s, heartbeat_interval_s=1.0, orphan_grace_s=30.0,
         pools={"p": PoolRecord("p", "demo.p", ["demo.p:pg2:0"], {"demo.p:pg2:0": ["n1", "n1"]}, [2], "demo.p:pg2:spare1")},
         groups={"g": GroupRecord("g", "p", "m:C", ["g_C_0:0", "g_C_standby-1a2b"], state="running", initialized=True,
-                                 ranks=[RankRecord(0, "running", "n1", "n1"), RankRecord(1, "running", "n2", "n1", restarts=1)],
+                                 ranks=[RankStatus(0, WorkerState.RUNNING, 0, "n1", "n1"), RankStatus(1, WorkerState.RUNNING, 0, "n2", "n1", restarts=1)],
                                  restarts=[[1, "node_lost", NOW - 5], [0, "died", NOW - 900]],
                                  bundles=[[0, 0], [1, 0]], standbys=[StandbyRecord("g_C_standby-3c4d", [0, 1], "n1")], standbys_wanted=1)},
         failures=[FailureEvent(NOW - 5, "g", 1, "node_lost", "ActorDiedError: node gone")],

@@ -13,8 +13,8 @@ Layers, each in its own module (the failure classifier they share is :mod:`super
 
 from ..errors import GroupFailedError
 from .config import InFlightPolicy, SupervisionConfig
-from .states import GroupState, WorkerState
-from .supervisor import GroupSupervisor, RankStatus
+from .states import GroupState, RankStatus, WorkerState
+from .supervisor import GroupSupervisor
 
 __all__ = [
     "GroupState",

@@ -177,7 +177,7 @@ class ReplacementTask:
                 "replacement_to_spare_bundle",
                 group=group.name,
                 rank=rank,
-                bundle=f"{replacement.bundle.pg_index}:{replacement.bundle.bundle_index}",
+                bundle=str(replacement.bundle),
             )
             return group.replace_worker(rank, bundle=replacement.bundle)
         self.bundles.wait([group.rank_bundles[rank].pg_index])

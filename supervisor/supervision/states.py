@@ -18,6 +18,9 @@ moves are legal; the reconcile loop calls them for every move it plans.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+
+from ..drift import is_drifted
 
 __all__ = [
     "GroupState",
@@ -28,7 +31,7 @@ __all__ = [
 ]
 
 
-class GroupState(enum.Enum):
+class GroupState(enum.StrEnum):
     RUNNING = "running"
     RECOVERING = "recovering"
     FAILED = "failed"
@@ -39,7 +42,7 @@ class GroupState(enum.Enum):
         return self in (GroupState.FAILED, GroupState.STOPPED)
 
 
-class WorkerState(enum.Enum):
+class WorkerState(enum.StrEnum):
     RUNNING = "running"
     FAILED = "failed"  # observed failed; its replacement waits for a backoff or the budget
     RESTARTING = "restarting"  # its replacement is being placed and started
@@ -77,3 +80,21 @@ def check_rank_transition(rank: int, current: WorkerState, target: WorkerState) 
 def check_group_transition(current: GroupState, target: GroupState) -> None:
     if target is not current and target not in _GROUP_MOVES[current]:
         raise InvalidTransition(f"group: {current.value} -> {target.value} is not a transition")
+
+
+@dataclass
+class RankStatus:
+    """What is known of one rank: the supervisor's live view, and what the daemon's record stores (one
+    class for both; the record keeps ``state`` as its value)."""
+
+    rank: int
+    state: WorkerState = WorkerState.RUNNING
+    generation: int = 0
+    node_id: str | None = None
+    original_node: str | None = None
+    restarts: int = 0
+    last_failure: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return is_drifted(self.original_node, self.node_id)

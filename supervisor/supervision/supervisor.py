@@ -20,11 +20,10 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..cluster_state import read_snapshot
-from ..drift import RankPlacement, compute_drift, count_drifted, is_drifted
+from ..drift import RankPlacement, compute_drift, count_drifted
 from ..errors import GroupFailedError, first_line
 from ..group import WorkerGroup
 from ..hooks import LifecycleHooks, default_hooks
@@ -47,28 +46,11 @@ from .reconcile import (
 )
 from .recovery import BundleWaiter, InitTask, ReplacementTask, TaskRunner
 from .standbys import StandbyKeeper
-from .states import GroupState, WorkerState
+from .states import GroupState, RankStatus, WorkerState
 
 __all__ = ["GroupSupervisor", "GroupFailedError", "RankStatus"]
 
 log = get_logger("supervision")
-
-
-@dataclass
-class RankStatus:
-    """Observed state of one rank."""
-
-    rank: int
-    state: WorkerState = WorkerState.RUNNING
-    generation: int = 0
-    node_id: str | None = None
-    original_node: str | None = None
-    restarts: int = 0
-    last_failure: str | None = None
-
-    @property
-    def drifted(self) -> bool:
-        return is_drifted(self.original_node, self.node_id)
 
 
 class GroupSupervisor:
@@ -531,8 +513,4 @@ class GroupSupervisor:
         if pool is None:
             return {}
         nodes = pool.original_bundle_nodes()
-        return {
-            s.rank: nodes[(s.pg_index, s.bundle_index)]
-            for s in self.group.slots
-            if (s.pg_index, s.bundle_index) in nodes
-        }
+        return {s.rank: nodes[s.bundle] for s in self.group.slots if s.bundle in nodes}
