@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 
-from supervisor.drift import compute_drift, count_drifted
-from supervisor.restart_policy import Failure, FailureReason, RestartPolicy, RestartRecord
-from supervisor.standby import BundleRef, plan_replacements
+from supervisor.placement.drift import compute_drift, count_drifted
+from supervisor.placement.standby import BundleRef, plan_replacements
 from supervisor.supervision import SupervisionConfig
 from supervisor.supervision.reconcile import PlacementSeen, RankFailed, decide, initial_state
+from supervisor.supervision.restart_policy import Failure, FailureReason, RestartPolicy, RestartRecord
 
 from .common import Row, Stat, measure
 

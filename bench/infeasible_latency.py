@@ -19,7 +19,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from supervisor import ClassWithInitArgs, InfeasibleResourcesError, ResourcePool, Worker, create_group
-from supervisor.hooks import LifecycleHooks
+from supervisor.observability.hooks import LifecycleHooks
 
 
 class Idle(Worker):

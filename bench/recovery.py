@@ -21,11 +21,11 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
-from supervisor.hooks import ObservingHooks
-from supervisor.init_policy import InitPolicy
-from supervisor.restart_policy import RestartPolicy
+from supervisor.core.worker import send_probe
+from supervisor.observability.hooks import ObservingHooks
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
-from supervisor.worker import send_probe
+from supervisor.supervision.init_policy import InitPolicy
+from supervisor.supervision.restart_policy import RestartPolicy
 
 from .common import Row, Stat
 

@@ -44,7 +44,7 @@ def actor_ids(record: Any) -> dict[str, str]:
     """Actor id of every named actor of the supervisor (ranks, standbys, the KV store)."""
     import ray
 
-    from supervisor.ownership import find_owned
+    from supervisor.daemon.ownership import find_owned
 
     out = {}
     for name in find_owned(record.name).actors:

@@ -159,7 +159,7 @@ class Daemon:
         return out
 
     def record(self) -> Any:
-        from supervisor.record import RecordStore
+        from supervisor.daemon.record import RecordStore
 
         return RecordStore().get(self.name)
 
@@ -214,15 +214,15 @@ def actor_pid(handle: Any, timeout_s: float = 10.0) -> int:
     """The process id of a supervised actor, asked through its probe (answered even mid-call)."""
     import ray
 
-    from supervisor.worker import send_probe
+    from supervisor.core.worker import send_probe
 
     return int(ray.get(send_probe(handle), timeout=timeout_s)["pid"])
 
 
 def leftovers(name: str) -> tuple[list[str], list[str], bool]:
     """What a supervisor left in the cluster: placement-group names, actor names, whether its record exists."""
-    from supervisor.ownership import find_owned
-    from supervisor.record import RecordStore
+    from supervisor.daemon.ownership import find_owned
+    from supervisor.daemon.record import RecordStore
 
     owned = find_owned(name)
     return sorted(owned.placement_groups), list(owned.actors), RecordStore().get(name) is not None
@@ -240,8 +240,8 @@ def wait_nothing_left(name: str, timeout_s: float = 20.0) -> tuple[list[str], li
 
 def stop_everything(name: str) -> None:
     """Remove whatever a failed run left (so the next scenario starts clean)."""
-    from supervisor.ownership import find_owned, remove_owned
-    from supervisor.record import RecordStore
+    from supervisor.daemon.ownership import find_owned, remove_owned
+    from supervisor.daemon.record import RecordStore
 
     remove_owned(name, find_owned(name))
     RecordStore().delete(name)

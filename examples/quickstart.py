@@ -35,7 +35,7 @@ from supervisor import (
     init_group,
     register,
 )
-from supervisor.hooks import ConsoleProgressHooks
+from supervisor.observability.hooks import ConsoleProgressHooks
 
 
 class Counter(Worker):

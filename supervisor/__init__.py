@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .actor_class import ClassWithInitArgs as ClassWithInitArgs
-from .colocate import create_colocated_worker_cls as create_colocated_worker_cls
-from .decorator import register as register
-from .dispatch import make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn
-from .dispatch import register_dispatch_mode as register_dispatch_mode
-from .dispatch import update_dispatch_mode as update_dispatch_mode
+from .core.actor_class import ClassWithInitArgs as ClassWithInitArgs
+from .core.colocate import create_colocated_worker_cls as create_colocated_worker_cls
+from .core.decorator import register as register
+from .core.dispatch import make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn
+from .core.dispatch import register_dispatch_mode as register_dispatch_mode
+from .core.dispatch import update_dispatch_mode as update_dispatch_mode
+from .core.group import WorkerGroup as WorkerGroup
+from .core.modes import Dispatch as Dispatch
+from .core.modes import Execute as Execute
+from .core.worker import Worker as Worker
 from .errors import ClusterUnavailableError as ClusterUnavailableError
 from .errors import ConfigError as ConfigError
 from .errors import DispatchError as DispatchError
@@ -21,35 +25,31 @@ from .errors import PlacementError as PlacementError
 from .errors import SupervisorError as SupervisorError
 from .errors import UnknownMethodError as UnknownMethodError
 from .errors import WorkerEnvError as WorkerEnvError
-from .group import WorkerGroup as WorkerGroup
-from .hooks import LifecycleHooks as LifecycleHooks
-from .hooks import ObservingHooks as ObservingHooks
-from .init_policy import InitOutcome as InitOutcome
-from .init_policy import InitPolicy as InitPolicy
-from .lifecycle import ActorStartError as ActorStartError
-from .lifecycle import InitGroupError as InitGroupError
-from .lifecycle import create_group as create_group
-from .lifecycle import init_group as init_group
-from .modes import Dispatch as Dispatch
-from .modes import Execute as Execute
-from .pool import PlacementStrategy as PlacementStrategy
-from .pool import ResourcePool as ResourcePool
-from .pool import SubResourcePool as SubResourcePool
-from .pool import merge_resource_pool as merge_resource_pool
-from .pool import split_resource_pool as split_resource_pool
-from .resource_wait import InfeasibleResourcesError as InfeasibleResourcesError
-from .resource_wait import ResourceWaitTimeout as ResourceWaitTimeout
-from .restart_policy import FailureReason as FailureReason
-from .restart_policy import RestartPolicy as RestartPolicy
-from .restart_policy import RestartStrategy as RestartStrategy
-from .supervised_call import WorkerFailedError as WorkerFailedError
+from .observability.hooks import LifecycleHooks as LifecycleHooks
+from .observability.hooks import ObservingHooks as ObservingHooks
+from .placement.pool import PlacementStrategy as PlacementStrategy
+from .placement.pool import ResourcePool as ResourcePool
+from .placement.pool import SubResourcePool as SubResourcePool
+from .placement.pool import merge_resource_pool as merge_resource_pool
+from .placement.pool import split_resource_pool as split_resource_pool
+from .placement.resource_wait import InfeasibleResourcesError as InfeasibleResourcesError
+from .placement.resource_wait import ResourceWaitTimeout as ResourceWaitTimeout
 from .supervision import GroupFailedError as GroupFailedError
 from .supervision import GroupState as GroupState
 from .supervision import GroupSupervisor as GroupSupervisor
 from .supervision import InFlightPolicy as InFlightPolicy
 from .supervision import SupervisionConfig as SupervisionConfig
+from .supervision.init_policy import InitOutcome as InitOutcome
+from .supervision.init_policy import InitPolicy as InitPolicy
+from .supervision.lifecycle import ActorStartError as ActorStartError
+from .supervision.lifecycle import InitGroupError as InitGroupError
+from .supervision.lifecycle import create_group as create_group
+from .supervision.lifecycle import init_group as init_group
+from .supervision.restart_policy import FailureReason as FailureReason
+from .supervision.restart_policy import RestartPolicy as RestartPolicy
+from .supervision.restart_policy import RestartStrategy as RestartStrategy
+from .supervision.supervised_call import WorkerFailedError as WorkerFailedError
 from .version import __version__ as __version__
-from .worker import Worker as Worker
 
 _LAZY_PROTOCOL = ("DataProto", "DataProtoFuture", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto")
 
@@ -106,7 +106,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY_PROTOCOL:
-        from . import protocol
+        from .core import protocol
 
         return getattr(protocol, name)
     raise AttributeError(f"module 'supervisor' has no attribute {name!r}")

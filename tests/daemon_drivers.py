@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.driver import DriverContext
+from supervisor.daemon.driver import DriverContext
 
 
 def count_steps(ctx: DriverContext) -> None:

@@ -37,7 +37,7 @@ def wait_for_record(
     Raises:
         AssertionError: ``proc`` exited first (with the tail of ``log``), or the timeout passed.
     """
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     store = RecordStore()
     deadline = time.monotonic() + timeout_s

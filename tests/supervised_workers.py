@@ -36,14 +36,14 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, idempotent=True)
     def generate(self, batch):
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         self._step()
         return DataProto.from_dict(tensors={"ids": batch.batch["ids"].clone()})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def score(self, batch):
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         self._step()
         return DataProto.from_dict(tensors={"ids": batch.batch["ids"].clone()})
@@ -82,7 +82,7 @@ class SlowStartWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, idempotent=True)
     def generate(self, batch):
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         return DataProto.from_dict(tensors={"ids": batch.batch["ids"].clone()})
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.auth import (
+from supervisor.daemon.auth import (
     RUNTIME_DIR_ENV,
     RuntimeDir,
     TokenChoice,
@@ -27,10 +27,10 @@ from supervisor.auth import (
     use_token,
     withdraw,
 )
+from supervisor.daemon.loopback import LOOPBACK_ENV, is_loopback_host
+from supervisor.daemon.spec import SpecError, parse_spec
 from supervisor.errors import ConfigError
-from supervisor.loopback import LOOPBACK_ENV, is_loopback_host
-from supervisor.metrics import exposure_warning
-from supervisor.spec import SpecError, parse_spec
+from supervisor.observability.metrics import exposure_warning
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_pin_to_loopback_holds_after_ray_was_imported():
     code = (
         "import os, ray; from ray._private import services, ray_constants\n"
         "before = ray_constants.ENABLE_RAY_CLUSTER\n"
-        "from supervisor.loopback import pin_to_loopback; pin_to_loopback()\n"
+        "from supervisor.daemon.loopback import pin_to_loopback; pin_to_loopback()\n"
         "print(before, ray_constants.ENABLE_RAY_CLUSTER, services.get_node_ip_address(), os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'])"
     )
     env = {k: v for k, v in os.environ.items() if k != LOOPBACK_ENV}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.budget import WorkerBudget, bundle_misfits, cluster_misfits, cpu_oversubscription
+from supervisor.placement.budget import WorkerBudget, bundle_misfits, cluster_misfits, cpu_oversubscription
 
 
 def test_bundle_misfits_per_pool_and_resource():

@@ -10,7 +10,7 @@ import sys
 from click.testing import CliRunner
 
 from supervisor import __version__
-from supervisor.cli import main
+from supervisor.cli.commands import main
 
 
 def test_version():
@@ -30,7 +30,7 @@ def test_info_json_without_cluster():
 def test_info_on_dead_address_is_one_clear_line():
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     out = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "info", "--address", "127.0.0.1:1"],
+        [sys.executable, "-m", "supervisor.cli.commands", "info", "--address", "127.0.0.1:1"],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert out.returncode == 1

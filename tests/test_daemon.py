@@ -110,8 +110,8 @@ def daemons(cluster):
     yield start
     for d in started:
         d.stop()
-    from supervisor.ownership import find_owned, remove_owned
-    from supervisor.record import RecordStore
+    from supervisor.daemon.ownership import find_owned, remove_owned
+    from supervisor.daemon.record import RecordStore
 
     for name in set(names):  # whatever a failed test left
         remove_owned(name, find_owned(name))
@@ -144,7 +144,7 @@ def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:
     from ray._private import state
     from ray.util import placement_group_table
 
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     pgs = {
         str(info["name"]): pg_id
@@ -170,8 +170,8 @@ def assert_nothing_left(name: str, actor_ids: set[str], timeout_s: float = 15.0)
     from ray._private import state
     from ray.util import placement_group_table
 
-    from supervisor.ownership import find_owned
-    from supervisor.record import RecordStore
+    from supervisor.daemon.ownership import find_owned
+    from supervisor.daemon.record import RecordStore
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -314,7 +314,7 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
     spec = write_spec(tmp_path, name, driver="steps = 25\ninterval_s = 0.3")
     first = daemons(spec, name)
     wait_record(name, daemon=first)
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     store = RecordStore()
     deadline = time.monotonic() + 60
@@ -323,7 +323,7 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
         time.sleep(0.2)
     pgs_before, actors_before = live_state(name)
     assert len(pgs_before) == 2 and len(actors_before) == 4 + 1  # the ranks and the KV store
-    from supervisor.kv import KVStore
+    from supervisor.daemon.kv import KVStore
 
     assert KVStore.attach(f"supervisor.{name}").get("last_step", timeout_s=10, namespace="driver") >= 2
     KVStore.attach(f"supervisor.{name}").put("written", "before the crash", namespace="test")
@@ -351,7 +351,7 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
 def test_standbys_take_over_killed_ranks_and_are_readopted_with_the_job(cluster, daemons, tmp_path):
     import ray
 
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     name = "sv-standby"
     spec = write_spec(
@@ -524,7 +524,7 @@ def test_detach_leaves_the_job_running_for_the_next_start(cluster, daemons, tmp_
     else:
         first.proc.send_signal(signal.SIGTERM)  # a Kubernetes rollout, a node drain
     assert first.wait_exit() == 0
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     assert RecordStore().get(name).state == "detached"
     assert live_state(name) == before, "detaching touched the job"
@@ -562,7 +562,7 @@ def test_pools_that_cannot_fit_the_cluster_fail_before_creating_anything(cluster
 
 
 def test_bad_spec_exits_2_and_creates_nothing(cluster, tmp_path):
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     spec = write_spec(tmp_path, "sv-bad", extra_group='[groups.ghost]\npool = "nowhere"\nclass = "workers:CounterWorker"\n')
     result = cli("start", str(spec), "--address", cluster.address)

@@ -2,7 +2,7 @@
 
 The conventions are the main rules of Grafana's dashboard linter plus two of this project's: no query
 filters series by value (so every panel shows data once a supervisor served traffic), and every metric
-a query uses is one that supervisor.metrics defines (and not one that nothing produces yet).
+a query uses is one that supervisor.observability.metrics defines (and not one that nothing produces yet).
 
 Each check is a small function over the dashboard JSON that returns a list of problems; the negative
 tests break a copy of a dashboard and expect the check to report it.
@@ -461,7 +461,7 @@ def check_dashboard_meta(dash: dict) -> list[str]:
     return problems
 
 
-# --- what supervisor.metrics defines ----------------------------------------------------------------
+# --- what supervisor.observability.metrics defines ----------------------------------------------------------------
 
 
 def _base_name(series: str) -> str:
@@ -472,7 +472,7 @@ def _base_name(series: str) -> str:
 
 
 def _metric_definitions() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Name (without _total) -> (type, label names) of every metric in supervisor.metrics."""
+    """Name (without _total) -> (type, label names) of every metric in supervisor.observability.metrics."""
     from supervisor import metrics
 
     found = {}
@@ -582,7 +582,7 @@ def test_convention(uid, check):
 
 
 def test_the_metric_table_is_read():
-    """The cross-checks against supervisor.metrics only mean something if they found its metrics."""
+    """The cross-checks against supervisor.observability.metrics only mean something if they found its metrics."""
     assert DEFINITIONS["supervisor_workers"] == ("gauge", ("group", "state"))
     assert DEFINITIONS["supervisor_dispatch_duration_seconds"][0] == "histogram"
     assert "supervisor_worker_restarts_total" in PRODUCED_SERIES

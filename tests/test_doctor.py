@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from supervisor.doctor import DoctorFacts, FindingKind, Phase, diagnose, render_findings
-from supervisor.record import FailureEvent, GroupRecord, SupervisorRecord
-from supervisor.resources import ClusterSnapshot, NodeResources, PlacementGroupRecord, PoolDemand
+from supervisor.cli.doctor import DoctorFacts, FindingKind, Phase, diagnose, render_findings
+from supervisor.daemon.record import FailureEvent, GroupRecord, SupervisorRecord
+from supervisor.placement.resources import ClusterSnapshot, NodeResources, PlacementGroupRecord, PoolDemand
 from supervisor.supervision import RankStatus, WorkerState
 
 NOW = 1_800_000_000.0
@@ -100,7 +100,7 @@ def test_init_failures_restarts_drift_hung_oversubscription_version():
 
 
 def test_fewer_ready_standbys_than_wanted():
-    from supervisor.record import StandbyRecord
+    from supervisor.daemon.record import StandbyRecord
 
     group = GroupRecord(
         "g", "p", "m:C", ["a"], state="running", initialized=True, ranks=[RankStatus(0, WorkerState.RUNNING, 0, NODE, NODE)],
@@ -183,7 +183,7 @@ def test_doctor_on_a_real_cluster(cluster, tmp_path):
 def test_doctor_names_the_rank_failing_its_init_while_the_daemon_retries(cluster, tmp_path):
     import signal
 
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     spec = tmp_path / "initfail.toml"
     spec.write_text(textwrap.dedent(f"""

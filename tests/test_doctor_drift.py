@@ -19,8 +19,8 @@ def test_doctor_on_a_running_supervisor_with_drift_and_kv_timeouts(tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
-    from supervisor.kv import KVStore, KVTimeoutError
-    from supervisor.record import RecordStore
+    from supervisor.daemon.kv import KVStore, KVTimeoutError
+    from supervisor.daemon.record import RecordStore
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
     daemon = None

@@ -15,7 +15,7 @@ def test_all_names_resolve():
 
 def test_importing_the_worker_side_does_not_import_torch():
     code = (
-        "import sys; import supervisor, supervisor.worker, supervisor.compat.verl.single_controller.base; "
+        "import sys; import supervisor, supervisor.core.worker, supervisor.compat.verl.single_controller.base; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -23,6 +23,6 @@ def test_importing_the_worker_side_does_not_import_torch():
 
 
 def test_dataproto_loads_lazily():
-    from supervisor.protocol import DataProto
+    from supervisor.core.protocol import DataProto
 
     assert supervisor.DataProto is DataProto

@@ -25,8 +25,8 @@ from supervisor import (
     merge_resource_pool,
     split_resource_pool,
 )
-from supervisor.dispatch import DISPATCH_MODE_FN_REGISTRY, register_dispatch_mode
-from supervisor.modes import Dispatch
+from supervisor.core.dispatch import DISPATCH_MODE_FN_REGISTRY, register_dispatch_mode
+from supervisor.core.modes import Dispatch
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def test_dataproto_compute_with_auto_padding(ray_cluster, no_leaks):
     import numpy as np
     import torch
 
-    from supervisor.protocol import DataProto, DataProtoFuture
+    from supervisor.core.protocol import DataProto, DataProtoFuture
 
     pool = ResourcePool([3], use_gpu=False, max_colocate_count=1)
     group = WorkerGroup(pool, ClassWithInitArgs(ProtoWorker))
@@ -234,7 +234,7 @@ def test_dataproto_compute_with_auto_padding(ray_cluster, no_leaks):
 def test_async_actor_awaits_future_arguments(ray_cluster, no_leaks):
     import torch
 
-    from supervisor.protocol import DataProto
+    from supervisor.core.protocol import DataProto
 
     pool = ResourcePool([2], use_gpu=False, max_colocate_count=1)
     group = WorkerGroup(pool, ClassWithInitArgs(AsyncProtoWorker))
@@ -252,7 +252,7 @@ def test_async_actor_awaits_future_arguments(ray_cluster, no_leaks):
 def test_dp_compute_proto_with_func(ray_cluster, no_leaks):
     import torch
 
-    from supervisor.protocol import DataProto
+    from supervisor.core.protocol import DataProto
 
     def add_rank(worker, data):
         return DataProto.from_dict(tensors={"x": data.batch["x"] + worker.rank})
@@ -271,7 +271,7 @@ def test_dp_compute_proto_with_func(ray_cluster, no_leaks):
 def test_mesh_dispatch_routes_by_dp_rank_and_collects_flagged_ranks(ray_cluster, no_leaks):
     import torch
 
-    from supervisor.protocol import DataProto
+    from supervisor.core.protocol import DataProto
 
     pool = ResourcePool([4], use_gpu=False, max_colocate_count=1)
     group = WorkerGroup(pool, ClassWithInitArgs(MeshWorker))

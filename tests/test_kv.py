@@ -16,8 +16,7 @@ import time
 import pytest
 
 from supervisor import metrics
-from supervisor.errors import ClusterUnavailableError, ConfigError, SupervisorError
-from supervisor.kv import (
+from supervisor.daemon.kv import (
     KV_ACTOR_NAME,
     KVStore,
     KVStoreNotFoundError,
@@ -27,6 +26,7 @@ from supervisor.kv import (
     _quoted,
     _ranked,
 )
+from supervisor.errors import ClusterUnavailableError, ConfigError, SupervisorError
 
 SUPERVISOR = "kvtest"
 ACTOR_NS = f"supervisor.{SUPERVISOR}"
@@ -74,7 +74,7 @@ def store(cluster):
 
 @pytest.fixture
 def wakeups(monkeypatch):
-    """Stands in for ``metrics.KV_WAIT_WAKEUPS`` (to be defined in supervisor/metrics.py); records incs."""
+    """Stands in for ``metrics.KV_WAIT_WAKEUPS`` (to be defined in supervisor/observability/metrics.py); records incs."""
 
     class _Counter:
         def __init__(self) -> None:
@@ -377,7 +377,7 @@ def test_wait_returns_all_values(store, wakeups):
 
 
 def test_long_polls_are_renewed(store, wakeups, monkeypatch):
-    import supervisor.kv as kv
+    import supervisor.daemon.kv as kv
 
     monkeypatch.setattr(kv, "_LONG_POLL_S", 0.2)
     _put_later(store, "late", "value", "renew", delay_s=1.5)
@@ -395,7 +395,7 @@ def test_store_survives_its_creator(cluster):
         """
         import os, sys
         import ray
-        from supervisor.kv import KVStore
+        from supervisor.daemon.kv import KVStore
 
         ray.init(address=sys.argv[1], log_to_driver=False)
         store = KVStore.create_or_attach("kvsurvivor", sys.argv[2])

@@ -10,11 +10,11 @@ from ray.util import placement_group, remove_placement_group
 from workers import BrokenConstructor, CounterWorker, InitWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool
-from supervisor.hooks import ObservingHooks
-from supervisor.init_policy import InitOutcome, InitPolicy
-from supervisor.lifecycle import ActorStartError, InitGroupError, create_group, init_group
-from supervisor.metrics import REGISTRY
-from supervisor.resource_wait import InfeasibleResourcesError, ResourceWaitTimeout
+from supervisor.observability.hooks import ObservingHooks
+from supervisor.observability.metrics import REGISTRY
+from supervisor.placement.resource_wait import InfeasibleResourcesError, ResourceWaitTimeout
+from supervisor.supervision.init_policy import InitOutcome, InitPolicy
+from supervisor.supervision.lifecycle import ActorStartError, InitGroupError, create_group, init_group
 
 FAST = InitPolicy(timeout_s=20.0, attempts=3, backoff_initial_s=0.05, backoff_max_s=0.2, backoff_jitter_s=0.05)
 

@@ -104,7 +104,7 @@ def scraped(tmp_path_factory):
         time.sleep(3)  # steady traffic, scraped
         # A worker SIGKILLed: a failure detected, a restart, a recovery.
         handle = ray.get_actor(record.groups["counters"].actor_names[1], namespace=record.namespace)
-        from supervisor.worker import send_probe
+        from supervisor.core.worker import send_probe
 
         info = ray.get(send_probe(handle), timeout=30)
         os.kill(info["pid"], signal.SIGKILL)
@@ -132,7 +132,7 @@ def scraped(tmp_path_factory):
 
 
 def _record(name: str):
-    from supervisor.record import RecordStore
+    from supervisor.daemon.record import RecordStore
 
     return RecordStore().get(name)
 

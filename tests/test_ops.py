@@ -193,7 +193,7 @@ def test_exported_metrics_match_the_registry() -> None:
         name = family.name + "_total" if family.type == "counter" else family.name
         families[name] = family.type
     for name, (kind, _labels) in EXPORTED.items():
-        assert families.get(name) == kind, f"{name} ({kind}) is not in supervisor.metrics.REGISTRY: {families}"
+        assert families.get(name) == kind, f"{name} ({kind}) is not in supervisor.observability.metrics.REGISTRY: {families}"
 
 
 def test_every_alert_has_a_firing_and_a_silent_test_case() -> None:
@@ -257,7 +257,7 @@ def test_systemd_unit() -> None:
 
 
 def test_kuberay_manifests() -> None:
-    from supervisor.spec import parse_spec
+    from supervisor.daemon.spec import parse_spec
 
     (cluster,) = load_yaml(OPS / "kuberay/raycluster.yaml")
     assert (cluster["apiVersion"], cluster["kind"]) == ("ray.io/v1", "RayCluster")

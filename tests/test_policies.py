@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.init_policy import InitOutcome, InitPolicy, RankAttempt, needs_new_rendezvous, plan_next_round
-from supervisor.resources import (
+from supervisor.placement.resources import (
     ClusterSnapshot,
     NodeResources,
     PlacementGroupRecord,
@@ -13,6 +12,13 @@ from supervisor.resources import (
     diagnose,
     find_infeasibility,
     format_resources,
+)
+from supervisor.supervision.init_policy import (
+    InitOutcome,
+    InitPolicy,
+    RankAttempt,
+    needs_new_rendezvous,
+    plan_next_round,
 )
 
 OK, RAISED, TIMED_OUT, DIED = InitOutcome.OK, InitOutcome.RAISED, InitOutcome.TIMED_OUT, InitOutcome.DIED
@@ -144,8 +150,8 @@ def test_format_resources_orders_cpu_gpu_first():
 
 # -- restart policy and drift ----------------------------------------------------------------------
 
-from supervisor.drift import compute_drift  # noqa: E402
-from supervisor.restart_policy import (  # noqa: E402
+from supervisor.placement.drift import compute_drift  # noqa: E402
+from supervisor.supervision.restart_policy import (  # noqa: E402
     DecisionKind,
     Failure,
     FailureReason,
@@ -200,8 +206,8 @@ def test_transient_errors_of_a_recovery_step():
     import ray
 
     from supervisor.errors import ConfigError
-    from supervisor.failures import is_transient
-    from supervisor.lifecycle import ActorStartError, InitGroupError
+    from supervisor.supervision.failures import is_transient
+    from supervisor.supervision.lifecycle import ActorStartError, InitGroupError
 
     for exc in (TimeoutError("name not released"), ActorStartError("died while starting"), ray.exceptions.GetTimeoutError("late"), ConnectionError()):
         assert is_transient(exc), exc

@@ -1,4 +1,4 @@
-"""Tests for supervisor.protocol: DataProto, its helpers and DataProtoFuture."""
+"""Tests for supervisor.core.protocol: DataProto, its helpers and DataProtoFuture."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
-from supervisor.errors import SupervisorError
-from supervisor.protocol import (
+from supervisor.core.protocol import (
     DataProto,
     DataProtoConfig,
     DataProtoError,
@@ -25,6 +24,7 @@ from supervisor.protocol import (
     union_tensor_dict,
     unpad_dataproto,
 )
+from supervisor.errors import SupervisorError
 
 PROPERTY = settings(max_examples=40, deadline=None)
 

@@ -15,14 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.restart_policy import (
-    Failure,
-    FailureReason,
-    RestartPolicy,
-    RestartStrategy,
-    restarts_in_window,
-)
-from supervisor.standby import BundleRef, ReplacementKind
+from supervisor.placement.standby import BundleRef, ReplacementKind
 from supervisor.supervision import GroupState, SupervisionConfig, WorkerState
 from supervisor.supervision.reconcile import (
     InitDone,
@@ -33,6 +26,13 @@ from supervisor.supervision.reconcile import (
     initial_state,
 )
 from supervisor.supervision.recovery import RecoveryStopped, TaskRunner
+from supervisor.supervision.restart_policy import (
+    Failure,
+    FailureReason,
+    RestartPolicy,
+    RestartStrategy,
+    restarts_in_window,
+)
 from supervisor.supervision.states import InvalidTransition, check_rank_transition
 
 WORLD = 4

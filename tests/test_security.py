@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 from daemon_harness import BIN, TESTS_DIR, log_events
 
-from supervisor.auth import RUNTIME_DIR_ENV
-from supervisor.loopback import LOOPBACK_ENV
+from supervisor.daemon.auth import RUNTIME_DIR_ENV
+from supervisor.daemon.loopback import LOOPBACK_ENV
 
 REPO = TESTS_DIR.parent
 TEST_HOST_IP = "10.99.0.1"  # the namespace's own address: what Ray's address discovery finds there

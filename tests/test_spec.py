@@ -1,4 +1,4 @@
-"""The supervisor spec (supervisor/spec.py): parsing, defaults, one-line problems, fuzzing and the CLI.
+"""The supervisor spec (supervisor/daemon/spec.py): parsing, defaults, one-line problems, fuzzing and the CLI.
 
 Pure: no Ray cluster is started and torch is never imported. Worker classes come from tests/workers.py
 (``workers:CounterWorker``), importable because tests/ is on sys.path under pytest.
@@ -26,11 +26,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.errors import ConfigError
-from supervisor.init_policy import InitPolicy
-from supervisor.pool import PlacementStrategy
-from supervisor.restart_policy import RestartPolicy, RestartStrategy
-from supervisor.spec import (
+from supervisor.daemon.spec import (
     DriverSpec,
     GroupSpec,
     MetricsSpec,
@@ -42,7 +38,11 @@ from supervisor.spec import (
     load_spec,
     parse_spec,
 )
+from supervisor.errors import ConfigError
+from supervisor.placement.pool import PlacementStrategy
 from supervisor.supervision import InFlightPolicy, SupervisionConfig
+from supervisor.supervision.init_policy import InitPolicy
+from supervisor.supervision.restart_policy import RestartPolicy, RestartStrategy
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "rlhf" / "rlhf.toml"
@@ -269,7 +269,7 @@ def test_enum_values_are_case_insensitive(section, key, value, expected):
         pytest.param({"pool": {"process_on_nodes": "[4, 4, 1]", "max_colocate_count": "3", "use_gpu": "false"}}, id="pool_shape"),
         pytest.param({"group": {"init_method": '"add"', "init_kwargs": "{}"}}, id="init_method_found"),
         pytest.param({"tail": '[pools."a.b-c_d"]\nprocess_on_nodes = [1]\n'}, id="pool_name_with_dot"),
-        pytest.param({"tail": '[driver]\nfunction = "supervisor.spec:load_spec"\n[driver.args]\nx = 1\n'}, id="driver"),
+        pytest.param({"tail": '[driver]\nfunction = "supervisor.daemon.spec:load_spec"\n[driver.args]\nx = 1\n'}, id="driver"),
     ],
 )
 def test_valid_edge_values_are_accepted(edits):
@@ -277,8 +277,8 @@ def test_valid_edge_values_are_accepted(edits):
 
 
 def test_driver_section():
-    spec = parse_spec(doc(tail='[driver]\nfunction = "supervisor.spec:load_spec"\n[driver.args]\nsteps = 3\nname = "x"\n'))
-    assert spec.driver == DriverSpec(function="supervisor.spec:load_spec", args={"steps": 3, "name": "x"})
+    spec = parse_spec(doc(tail='[driver]\nfunction = "supervisor.daemon.spec:load_spec"\n[driver.args]\nsteps = 3\nname = "x"\n'))
+    assert spec.driver == DriverSpec(function="supervisor.daemon.spec:load_spec", args={"steps": 3, "name": "x"})
 
 
 def test_groups_keep_declaration_order():
@@ -637,7 +637,7 @@ BASE_DOC: dict[str, Any] = {
         },
     },
     "metrics": {"host": "127.0.0.1", "port": 0},
-    "driver": {"function": "supervisor.spec:load_spec", "args": {"x": 1}},
+    "driver": {"function": "supervisor.daemon.spec:load_spec", "args": {"x": 1}},
 }
 KNOWN_KEYS = sorted({k for section in BASE_DOC.values() for k in section} | set(SECTIONS) | {"address", "max_restarts", "args", "main", "counter"})
 
@@ -834,7 +834,7 @@ _FRAGMENTS = [
     "[supervisor]\n", 'name = "f"\n', "name = 5\n", "orphan_grace_s = 2\n", "[ray]\n", "local_nodes = 0\n", 'address = "auto"\n',
     "[pools.p]\n", "[pools]\n", "process_on_nodes = [1]\n", "process_on_nodes = []\n", "max_colocate_count = 0\n", "[groups.g]\n",
     'pool = "p"\n', 'pool = "q"\n', 'class = "workers:CounterWorker"\n', 'class = "workers"\n', 'init_method = "add"\n',
-    "init_kwargs = {a = 1}\n", 'env = {RANK = "1"}\n', "[metrics]\n", "port = 70000\n", "[driver]\n", 'function = "supervisor.spec:load_spec"\n',
+    "init_kwargs = {a = 1}\n", 'env = {RANK = "1"}\n', "[metrics]\n", "port = 70000\n", "[driver]\n", 'function = "supervisor.daemon.spec:load_spec"\n',
     "x = 1\n", "inf", "-1", "= ", '"', "[", "]", "{", "}", ",", ".", "\n", " ",
 ]  # fmt: skip
 
@@ -854,15 +854,15 @@ def cli(monkeypatch):
     """Run ``supervisor ...``; a Daemon (or any Ray connection) would fail the test."""
     import structlog
 
-    import supervisor.log
-    from supervisor.cli import main
+    import supervisor.observability.log
+    from supervisor.cli.commands import main
 
     def no_daemon(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("an invalid spec must not reach the daemon")
 
-    monkeypatch.setitem(sys.modules, "supervisor.daemon", types.SimpleNamespace(Daemon=no_daemon))
+    monkeypatch.setitem(sys.modules, "supervisor.daemon.daemon", types.SimpleNamespace(Daemon=no_daemon))
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
-    monkeypatch.setattr(supervisor.log, "_configured", supervisor.log._configured)
+    monkeypatch.setattr(supervisor.observability.log, "_configured", supervisor.observability.log._configured)
     saved = structlog.get_config()  # `start` points structlog at the runner's stderr; undo that after
     yield lambda *args: CliRunner().invoke(main, list(args))
     structlog.reset_defaults()

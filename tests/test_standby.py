@@ -12,13 +12,13 @@ import torch
 from supervised_workers import RankDependentWorker, SlowStartWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
+from supervisor.core.protocol import DataProto
+from supervisor.core.worker import send_probe
 from supervisor.errors import ConfigError
-from supervisor.init_policy import InitPolicy
-from supervisor.metrics import REGISTRY
-from supervisor.protocol import DataProto
-from supervisor.standby import BundleRef
+from supervisor.observability.metrics import REGISTRY
+from supervisor.placement.standby import BundleRef
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig
-from supervisor.worker import send_probe
+from supervisor.supervision.init_policy import InitPolicy
 
 FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
 # Pools pin their bundles to nodes with a Ray accelerator-type resource, so each test knows where they go.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from supervisor.errors import ConfigError
-from supervisor.layout import check_capacity_factor, spare_bundle_count, spare_placement_group_name
-from supervisor.standby import (
+from supervisor.placement.layout import check_capacity_factor, spare_bundle_count, spare_placement_group_name
+from supervisor.placement.standby import (
     BundleRef,
     Replacement,
     ReplacementKind,

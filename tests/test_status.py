@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.daemon import ExitCode, StopReason, _restored_restarts
-from supervisor.record import (
-    FailureEvent,
-    GroupRecord,
-    Liveness,
-    PoolRecord,
-    StandbyRecord,
-    SupervisorRecord,
-    liveness,
-)
-from supervisor.status import (
+from supervisor.cli.status import (
     DriftedRank,
     GroupStatus,
     PlacementGroupStatus,
@@ -21,6 +11,16 @@ from supervisor.status import (
     SupervisorStatus,
     render_status,
     short_node,
+)
+from supervisor.daemon.daemon import ExitCode, StopReason, _restored_restarts
+from supervisor.daemon.record import (
+    FailureEvent,
+    GroupRecord,
+    Liveness,
+    PoolRecord,
+    StandbyRecord,
+    SupervisorRecord,
+    liveness,
 )
 from supervisor.supervision import RankStatus, WorkerState
 
@@ -108,7 +108,7 @@ def test_render_empty_cluster():
 
 
 def test_teardown_scope():
-    from supervisor.daemon import TeardownScope, teardown_scope
+    from supervisor.daemon.daemon import TeardownScope, teardown_scope
 
     assert teardown_scope(StopReason.SIGTERM, adopting=True) is TeardownScope.EVERYTHING
     assert teardown_scope(StopReason.GROUP_FAILED, adopting=True) is TeardownScope.EVERYTHING

@@ -15,12 +15,10 @@ import torch
 from supervised_workers import RolloutWorker, SlowInitWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
-from supervisor.hooks import ObservingHooks
-from supervisor.init_policy import InitPolicy
-from supervisor.metrics import REGISTRY
-from supervisor.protocol import DataProto
-from supervisor.restart_policy import RestartPolicy, RestartStrategy
-from supervisor.supervised_call import WorkerFailedError
+from supervisor.core.protocol import DataProto
+from supervisor.core.worker import send_probe
+from supervisor.observability.hooks import ObservingHooks
+from supervisor.observability.metrics import REGISTRY
 from supervisor.supervision import (
     GroupFailedError,
     GroupState,
@@ -28,7 +26,9 @@ from supervisor.supervision import (
     InFlightPolicy,
     SupervisionConfig,
 )
-from supervisor.worker import send_probe
+from supervisor.supervision.init_policy import InitPolicy
+from supervisor.supervision.restart_policy import RestartPolicy, RestartStrategy
+from supervisor.supervision.supervised_call import WorkerFailedError
 
 FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
 

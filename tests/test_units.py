@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from supervisor.decorator import MAGIC_ATTR, get_method_spec, register
-from supervisor.dispatch import (
+from supervisor.core.decorator import MAGIC_ATTR, get_method_spec, register
+from supervisor.core.dispatch import (
     PADDING_SIZE_KEY,
     collect_dp_compute,
     collect_nd_compute,
@@ -23,7 +23,7 @@ from supervisor.dispatch import (
     resolve_dispatch_fns,
     update_dispatch_mode,
 )
-from supervisor.env import (
+from supervisor.core.env import (
     RESERVED_ENV_KEYS,
     STANDBY_ENV_KEY,
     Rendezvous,
@@ -32,10 +32,10 @@ from supervisor.env import (
     standby_env_vars,
     worker_env_vars,
 )
+from supervisor.core.modes import Dispatch, Execute
 from supervisor.errors import ConfigError, DispatchError, SupervisorError, WorkerEnvError
-from supervisor.layout import actor_name, bundle_resources, placement_group_name, rank_layout
-from supervisor.modes import Dispatch, Execute
-from supervisor.pool import PlacementStrategy, ResourcePool
+from supervisor.placement.layout import actor_name, bundle_resources, placement_group_name, rank_layout
+from supervisor.placement.pool import PlacementStrategy, ResourcePool
 
 
 @dataclass
@@ -109,7 +109,7 @@ def test_one_to_all_and_dp_compute():
 def test_dataproto_dispatch_pads_a_copy_and_reports_padding():
     import torch
 
-    from supervisor.protocol import DataProto
+    from supervisor.core.protocol import DataProto
 
     data = DataProto.from_dict(tensors={"x": torch.arange(5)}, auto_padding=True)
     args, kwargs = dispatch_dp_compute_data_proto(Shape(4), data)
@@ -223,7 +223,7 @@ def test_worker_env_contract():
 
 
 def test_worker_outside_a_group_says_why(monkeypatch):
-    from supervisor.worker import Worker
+    from supervisor.core.worker import Worker
 
     for key in RESERVED_ENV_KEYS:
         monkeypatch.delenv(key, raising=False)
@@ -236,7 +236,7 @@ def test_worker_outside_a_group_says_why(monkeypatch):
 
 
 def test_a_standby_worker_has_no_rank_until_it_takes_one_over(monkeypatch):
-    from supervisor.worker import Worker
+    from supervisor.core.worker import Worker
 
     env = standby_env_vars(4, "g-", Rendezvous("127.0.0.1", 29500))
     for key in RESERVED_ENV_KEYS:

@@ -69,7 +69,7 @@ class ProtoWorker(Worker):
     def double(self, data):
         import numpy as np
 
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         out = DataProto.from_dict(
             tensors={"x": data.batch["x"] * 2},
@@ -107,7 +107,7 @@ class MeshWorker(Worker):
     def tag(self, data):
         import numpy as np
 
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         return DataProto.from_dict(
             tensors={"x": data.batch["x"]},

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from supervisor.protocol import DataProto
+from supervisor.core.protocol import DataProto
 
 from .reward import score
 
 if TYPE_CHECKING:
     from supervisor import WorkerGroup
-    from supervisor.driver import DriverContext
+    from supervisor.daemon.driver import DriverContext
 
 __all__ = ["DriverArgs", "UidMismatch", "main", "make_prompts", "check_uids"]
 

@@ -32,7 +32,7 @@ from supervisor import Dispatch, Worker, register
 if TYPE_CHECKING:
     import torch
 
-    from supervisor.protocol import DataProto
+    from supervisor.core.protocol import DataProto
 
 __all__ = ["LMConfig", "RolloutWorker", "ReferenceWorker", "item_seed"]
 
@@ -169,7 +169,7 @@ class _TinyLMWorker(Worker):
         Also imports the DataProto machinery (tensordict, ~seconds on a small box) so the first data
         call, possibly a retried shard on a fresh replacement, does not pay for it.
         """
-        import supervisor.protocol  # noqa: F401  (import for its cost, see above)
+        import supervisor.core.protocol  # noqa: F401  (import for its cost, see above)
 
         self._lm = build_lm(self.config)
         return weights_digest(self._lm)
@@ -213,7 +213,7 @@ class RolloutWorker(_TinyLMWorker):
         """
         import torch
 
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         _fault_in_call(self.rank)
         lm, cfg = self._model(), self.config
@@ -266,7 +266,7 @@ class ReferenceWorker(_TinyLMWorker):
         """
         import torch
 
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         _fault_in_call(self.rank)
         lm, cfg = self._model(), self.config

@@ -1,6 +1,6 @@
 """Supervision of a worker group: a level-based reconcile loop per group.
 
-Layers, each in its own module (the failure classifier they share is :mod:`supervisor.failures`):
+Layers, each in its own module (the failure classifier they share is :mod:`supervisor.supervision.failures`):
 
 * :mod:`.states`: rank and group states, and the one transition check;
 * :mod:`.config`: :class:`SupervisionConfig` and :class:`InFlightPolicy`;

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..init_policy import InitPolicy
-from ..lifecycle import ACTOR_START_TIMEOUT_S
-from ..restart_policy import RestartPolicy
-from ..supervised_call import InFlightPolicy
+from .init_policy import InitPolicy
+from .lifecycle import ACTOR_START_TIMEOUT_S
+from .restart_policy import RestartPolicy
+from .supervised_call import InFlightPolicy
 
 __all__ = ["InFlightPolicy", "SupervisionConfig", "RECOVERY_RETRY_MIN_S", "STANDBY_FAILURE_LIMIT"]
 
@@ -42,7 +42,7 @@ class SupervisionConfig:
         poll_interval_s: longest a supervision pass blocks (bounds the reaction to reports and stop()).
         sentinel_hold_s: how long one sentinel call stays outstanding before it is re-armed.
         standbys: pre-started actors kept in free bundles (the pool's spares) to take over failed
-            ranks; needs a :class:`~supervisor.worker.Worker` subclass whose constructor does not
+            ranks; needs a :class:`~supervisor.core.worker.Worker` subclass whose constructor does not
             depend on the rank (rank-dependent setup belongs in ``init_method``).
         standby_check_s: how often missing standbys are looked for free, placed bundles.
     """

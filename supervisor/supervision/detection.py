@@ -3,7 +3,7 @@
 Every running rank keeps a sentinel call outstanding in its own concurrency group; Ray fails that
 call the moment the process dies, so detection does not rely on polling. Probes (another concurrency
 group) catch processes that are alive but stuck. A death is classified once the GCS has a view of it
-(:func:`~supervisor.failures.judge_death`): a rank lost with its node is ``node_lost``,
+(:func:`~supervisor.supervision.failures.judge_death`): a rank lost with its node is ``node_lost``,
 even when its owner noticed before the GCS did.
 
 Only running ranks are watched: a rank being replaced or initialised belongs to its recovery task.
@@ -15,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.worker import arm_sentinel, send_probe
 from ..errors import first_line
-from ..failures import ErrorKind, UnavailableClock, classify_error, judge_death
-from ..log import get_logger
-from ..restart_policy import Failure, FailureReason
-from ..worker import arm_sentinel, send_probe
+from ..observability.log import get_logger
 from .config import SupervisionConfig
+from .failures import ErrorKind, UnavailableClock, classify_error, judge_death
+from .restart_policy import Failure, FailureReason
 
 if TYPE_CHECKING:
-    from ..group import WorkerGroup
+    from ..core.group import WorkerGroup
 
 __all__ = ["Detected", "Detector"]
 

@@ -28,7 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..restart_policy import (
+from ..placement.standby import BundleRef, Replacement, plan_replacements
+from .config import RECOVERY_RETRY_MIN_S, SupervisionConfig
+from .restart_policy import (
     Failure,
     FailureReason,
     RestartRecord,
@@ -36,8 +38,6 @@ from ..restart_policy import (
     budget_allows,
     restarts_in_window,
 )
-from ..standby import BundleRef, Replacement, plan_replacements
-from .config import RECOVERY_RETRY_MIN_S, SupervisionConfig
 from .states import GroupState, WorkerState, check_group_transition, check_rank_transition
 
 __all__ = [

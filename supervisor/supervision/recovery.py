@@ -19,20 +19,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.worker import send_probe
 from ..errors import first_line, ray_error_line
-from ..failures import is_transient
-from ..init_policy import failures_per_rank
-from ..lifecycle import InitGroupError, init_group
-from ..log import get_logger
-from ..restart_policy import FailureReason
-from ..standby import Replacement, ReplacementKind
-from ..worker import send_probe
+from ..observability.log import get_logger
+from ..placement.standby import Replacement, ReplacementKind
 from .config import SupervisionConfig
+from .failures import is_transient
+from .init_policy import failures_per_rank
+from .lifecycle import InitGroupError, init_group
 from .reconcile import InitDone, InitOrder, Observation, ReplacementDone
+from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
-    from ..group import WorkerGroup
-    from ..hooks import LifecycleHooks
+    from ..core.group import WorkerGroup
+    from ..observability.hooks import LifecycleHooks
 
 __all__ = ["TaskRunner", "ReplacementTask", "InitTask", "RecoveryStopped", "BundleWaiter"]
 

@@ -1,5 +1,5 @@
 """Standbys of a supervised group: started in free, placed bundles, watched until they are ready, and
-reserved by the loop for a failed rank (where they go is decided by :mod:`supervisor.standby`)."""
+reserved by the loop for a failed rank (where they go is decided by :mod:`supervisor.placement.standby`)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.worker import Worker, arm_sentinel
 from ..errors import ConfigError, first_line, ray_error_line
-from ..log import get_logger
-from ..standby import BundleRef, free_bundles, standby_bundles
-from ..worker import Worker, arm_sentinel
+from ..observability.log import get_logger
+from ..placement.standby import BundleRef, free_bundles, standby_bundles
 from .config import STANDBY_FAILURE_LIMIT, SupervisionConfig
 
 if TYPE_CHECKING:
-    from ..group import WorkerGroup
-    from ..hooks import LifecycleHooks
+    from ..core.group import WorkerGroup
+    from ..observability.hooks import LifecycleHooks
 
 __all__ = ["StandbyKeeper", "check_standby_config"]
 

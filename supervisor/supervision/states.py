@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..drift import is_drifted
+from ..placement.drift import is_drifted
 
 __all__ = [
     "GroupState",

@@ -22,15 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster_state import read_snapshot
-from ..drift import RankPlacement, compute_drift, count_drifted
+from ..core.group import WorkerGroup
 from ..errors import GroupFailedError, first_line
-from ..group import WorkerGroup
-from ..hooks import LifecycleHooks, default_hooks
-from ..log import get_logger
-from ..resources import diagnose
-from ..restart_policy import Failure, FailureReason, RestartRecord
-from ..standby import BundleRef, Replacement, ReplacementKind, free_bundles
+from ..observability.hooks import LifecycleHooks, default_hooks
+from ..observability.log import get_logger
+from ..placement.cluster_state import read_snapshot
+from ..placement.drift import RankPlacement, compute_drift, count_drifted
+from ..placement.resources import diagnose
+from ..placement.standby import BundleRef, Replacement, ReplacementKind, free_bundles
 from .config import SupervisionConfig
 from .detection import Detected, Detector
 from .reconcile import (
@@ -45,6 +44,7 @@ from .reconcile import (
     initial_state,
 )
 from .recovery import BundleWaiter, InitTask, ReplacementTask, TaskRunner
+from .restart_policy import Failure, FailureReason, RestartRecord
 from .standbys import StandbyKeeper
 from .states import GroupState, RankStatus, WorkerState
 
@@ -65,7 +65,7 @@ class GroupSupervisor:
             ``clock``) and each rank's restart count, so a re-adopting daemon keeps the budget and counts.
 
     Use :meth:`start` to supervise in a background thread (owned by this object and stopped by
-    :meth:`stop`); from then on the group's blocking calls go through :mod:`supervisor.supervised_call`.
+    :meth:`stop`); from then on the group's blocking calls go through :mod:`supervisor.supervision.supervised_call`.
     Tests may drive :meth:`step` directly instead (calls are then not routed through the supervisor).
     """
 

@@ -16,7 +16,7 @@ __all__ = ["DataProto"]
 def __getattr__(name: str) -> Any:
     # Lazy, like supervisor/__init__: importing the compat package must not import torch.
     if name == "DataProto":
-        from supervisor.protocol import DataProto
+        from supervisor.core.protocol import DataProto
 
         return DataProto
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

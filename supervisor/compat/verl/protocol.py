@@ -1,4 +1,4 @@
 """``verl.protocol``."""
 
-from supervisor.protocol import *  # noqa: F403
-from supervisor.protocol import __all__ as __all__  # noqa: F401
+from supervisor.core.protocol import *  # noqa: F403
+from supervisor.core.protocol import __all__ as __all__  # noqa: F401

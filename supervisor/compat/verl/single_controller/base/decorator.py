@@ -3,30 +3,32 @@
 from collections.abc import Callable
 from typing import Any
 
-from supervisor.decorator import MAGIC_ATTR as MAGIC_ATTR
-from supervisor.decorator import register as _register
-from supervisor.dispatch import DISPATCH_MODE_FN_REGISTRY as DISPATCH_MODE_FN_REGISTRY
-from supervisor.dispatch import collect_all_to_all as collect_all_to_all
-from supervisor.dispatch import collect_dp_compute as collect_dp_compute
-from supervisor.dispatch import collect_dp_compute_data_proto as collect_dp_compute_data_proto
-from supervisor.dispatch import collect_nd_compute as collect_nd_compute
-from supervisor.dispatch import collect_nd_compute_dataproto as collect_nd_compute_dataproto
-from supervisor.dispatch import dispatch_all_to_all as dispatch_all_to_all
-from supervisor.dispatch import dispatch_dp_compute as dispatch_dp_compute
-from supervisor.dispatch import dispatch_dp_compute_data_proto as dispatch_dp_compute_data_proto
-from supervisor.dispatch import (
+from supervisor.core.decorator import MAGIC_ATTR as MAGIC_ATTR
+from supervisor.core.decorator import register as _register
+from supervisor.core.dispatch import DISPATCH_MODE_FN_REGISTRY as DISPATCH_MODE_FN_REGISTRY
+from supervisor.core.dispatch import collect_all_to_all as collect_all_to_all
+from supervisor.core.dispatch import collect_dp_compute as collect_dp_compute
+from supervisor.core.dispatch import collect_dp_compute_data_proto as collect_dp_compute_data_proto
+from supervisor.core.dispatch import collect_nd_compute as collect_nd_compute
+from supervisor.core.dispatch import collect_nd_compute_dataproto as collect_nd_compute_dataproto
+from supervisor.core.dispatch import dispatch_all_to_all as dispatch_all_to_all
+from supervisor.core.dispatch import dispatch_dp_compute as dispatch_dp_compute
+from supervisor.core.dispatch import dispatch_dp_compute_data_proto as dispatch_dp_compute_data_proto
+from supervisor.core.dispatch import (
     dispatch_dp_compute_data_proto_with_func as dispatch_dp_compute_data_proto_with_func,
 )
-from supervisor.dispatch import dispatch_nd_compute as dispatch_nd_compute
-from supervisor.dispatch import dispatch_nd_compute_dataproto as dispatch_nd_compute_dataproto
-from supervisor.dispatch import dispatch_one_to_all as dispatch_one_to_all
-from supervisor.dispatch import get_predefined_dispatch_fn as get_predefined_dispatch_fn
-from supervisor.dispatch import get_predefined_execute_fn as get_predefined_execute_fn
-from supervisor.dispatch import make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn
-from supervisor.dispatch import register_dispatch_mode as register_dispatch_mode
-from supervisor.dispatch import update_dispatch_mode as update_dispatch_mode
-from supervisor.modes import Dispatch as Dispatch
-from supervisor.modes import Execute as Execute
+from supervisor.core.dispatch import dispatch_nd_compute as dispatch_nd_compute
+from supervisor.core.dispatch import dispatch_nd_compute_dataproto as dispatch_nd_compute_dataproto
+from supervisor.core.dispatch import dispatch_one_to_all as dispatch_one_to_all
+from supervisor.core.dispatch import get_predefined_dispatch_fn as get_predefined_dispatch_fn
+from supervisor.core.dispatch import get_predefined_execute_fn as get_predefined_execute_fn
+from supervisor.core.dispatch import (
+    make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn,
+)
+from supervisor.core.dispatch import register_dispatch_mode as register_dispatch_mode
+from supervisor.core.dispatch import update_dispatch_mode as update_dispatch_mode
+from supervisor.core.modes import Dispatch as Dispatch
+from supervisor.core.modes import Execute as Execute
 
 
 def register(

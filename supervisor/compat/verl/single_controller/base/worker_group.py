@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from supervisor.actor_class import ClassWithInitArgs as ClassWithInitArgs
-from supervisor.group import WorkerGroup as WorkerGroup
-from supervisor.pool import ResourcePool as _ResourcePool
+from supervisor.core.actor_class import ClassWithInitArgs as ClassWithInitArgs
+from supervisor.core.group import WorkerGroup as WorkerGroup
+from supervisor.placement.pool import ResourcePool as _ResourcePool
 
 __all__ = ["ResourcePool", "ClassWithInitArgs", "WorkerGroup"]
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.actor_class import ClassWithInitArgs
-from supervisor.colocate import create_colocated_worker_cls as create_colocated_worker_cls
-from supervisor.group import DEFAULT_NAMESPACE, WorkerGroup
-from supervisor.pool import ResourcePool as _LibraryResourcePool
-from supervisor.pool import SubResourcePool
-from supervisor.pool import merge_resource_pool as merge_resource_pool
-from supervisor.pool import split_resource_pool as split_resource_pool
-from supervisor.worker import Worker as Worker
+from supervisor.core.actor_class import ClassWithInitArgs
+from supervisor.core.colocate import create_colocated_worker_cls as create_colocated_worker_cls
+from supervisor.core.group import DEFAULT_NAMESPACE, WorkerGroup
+from supervisor.core.worker import Worker as Worker
+from supervisor.placement.pool import ResourcePool as _LibraryResourcePool
+from supervisor.placement.pool import SubResourcePool
+from supervisor.placement.pool import merge_resource_pool as merge_resource_pool
+from supervisor.placement.pool import split_resource_pool as split_resource_pool
 
 from ..base.worker_group import ResourcePool
 

@@ -1,0 +1,1 @@
+"""The command line: the click commands, `supervisor status` and `supervisor doctor`."""

@@ -1,0 +1,277 @@
+"""The ``supervisor`` command line: a thin click layer over the library.
+
+``start`` runs the daemon; ``status``, ``list``, ``stop`` and ``gc`` read and act on the supervisor
+records kept in the cluster; ``info`` reports versions and a cluster's resources. Errors are one line
+on stderr; exit codes: 0 fine, 1 failed (or something found), 2 invalid spec or usage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..version import __version__
+
+__all__ = ["main"]
+
+
+def _versions() -> dict[str, str]:
+    import ray
+
+    return {"ray-supervisor": __version__, "ray": ray.__version__, "python": sys.version.split()[0]}
+
+
+@click.group()
+@click.version_option(__version__, prog_name="supervisor")
+def main() -> None:
+    """Fault-tolerant GPU worker groups on Ray."""
+
+
+@main.command()
+@click.option("--address", default=None, help="Ray cluster to check (default: $RAY_ADDRESS; none: skip).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def info(address: str | None, as_json: bool) -> None:
+    """Print versions, and the resources of a Ray cluster when an address is given."""
+    out: dict[str, object] = dict(_versions())
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        import ray
+
+        from ..daemon.cluster import connect
+        from ..errors import ClusterUnavailableError
+
+        try:
+            connect(address, logging_level="ERROR")
+        except ClusterUnavailableError as exc:
+            raise click.ClickException(str(exc)) from None
+        try:
+            out["cluster_resources"] = ray.cluster_resources()
+            out["alive_nodes"] = sum(1 for n in ray.nodes() if n.get("Alive"))
+        finally:
+            ray.shutdown()
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+    else:
+        for key, value in out.items():
+            click.echo(f"{key}: {value}")
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, then the spec's ray.address, else an embedded local Ray).")
+@click.option("--log-level", default="INFO", show_default=True, help="Minimum level of the structured logs.")
+@click.option("--log-json/--log-console", default=None, help="Log format (default: JSON unless stderr is a terminal).")
+def start(spec_path: str, address: str | None, log_level: str, log_json: bool | None) -> None:
+    """Run the supervisor daemon for SPEC until it is stopped (SIGTERM, SIGINT, `supervisor stop`) or its
+    driver ends. Exit code 0 on a clean stop, 1 when a group FAILED, the driver raised or start-up
+    failed, 2 when the spec is invalid (nothing is created then)."""
+    from ..daemon.spec import SpecError, load_spec
+    from ..observability.log import configure_logging
+
+    configure_logging(log_level, json=log_json)
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        for line in str(exc).splitlines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    from ..daemon.daemon import Daemon
+
+    sys.exit(int(Daemon(spec, address=address or os.environ.get("RAY_ADDRESS")).run()))
+
+
+@contextlib.contextmanager
+def _connected(address: str | None, auth_token_path: Path | None = None) -> Iterator[None]:
+    """Connect to the cluster for one command; any failure to reach it (a missing or wrong token
+    too) is one line and exit 1."""
+    import ray
+
+    from ..daemon.cluster import connect, resolve_address
+    from ..errors import ClusterUnavailableError
+
+    try:
+        connect(resolve_address(address), auth_token_path, logging_level="ERROR")
+    except ClusterUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+_ADDRESS = click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, else the cluster last started on this machine).")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+@main.command()
+@click.argument("names", nargs=-1)
+@_ADDRESS
+@_JSON
+def status(names: tuple[str, ...], address: str | None, as_json: bool) -> None:
+    """Show supervisors (all, or NAMES), their pools, groups, drift, recent failures and pending demands,
+    laid out like `ray status`. Works while a daemon is down. Exit 1 when the cluster cannot be reached."""
+    from .status import collect_status, render_status, status_to_json
+
+    with _connected(address):
+        report = collect_status(time.time(), list(names) or None)
+    click.echo(json.dumps(status_to_json(report), indent=2, sort_keys=True) if as_json else render_status(report))
+
+
+@main.command(name="list")
+@_ADDRESS
+@_JSON
+def list_supervisors(address: str | None, as_json: bool) -> None:
+    """List every supervisor known to the cluster, with its liveness."""
+    from ..daemon.record import RecordStore, liveness
+
+    now = time.time()
+    with _connected(address):
+        records = RecordStore().all()
+    rows = [
+        {
+            "name": r.name,
+            "liveness": liveness(r, now).value,
+            "state": r.state,
+            "pid": r.pid,
+            "host": r.host,
+            "heartbeat_age_s": round(r.heartbeat_age(now), 1),
+            "pools": sorted(r.pools),
+            "groups": sorted(r.groups),
+        }
+        for r in records
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("(no supervisors)")
+    for row in rows:
+        click.echo(
+            f"{row['name']}  {row['liveness']}  {row['state']}  pid {row['pid']} on {row['host']}  heartbeat {row['heartbeat_age_s']}s ago"
+            f"  pools: {', '.join(row['pools']) or '-'}  groups: {', '.join(row['groups']) or '-'}"
+        )
+
+
+@main.command()
+@click.argument("name")
+@_ADDRESS
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for the teardown.")
+@click.option("--detach", is_flag=True, help="Stop the daemon but leave its pools and workers running; the next start re-adopts them.")
+def stop(name: str, address: str | None, timeout_s: float, detach: bool) -> None:
+    """Ask the running daemon NAME to tear down (or, with --detach, to exit and leave the job to the next
+    start, e.g. to upgrade the daemon), and wait until it has."""
+    from ..daemon.record import DaemonState, Liveness, RecordStore, liveness
+
+    with _connected(address):
+        store = RecordStore()
+        record = store.get(name)
+        if record is None:
+            raise click.ClickException(f"no supervisor named {name!r} on this cluster (see `supervisor list`)")
+        if liveness(record, time.time()) is not Liveness.ALIVE:
+            raise click.ClickException(_not_running(record))
+        store.request_stop(name, record.owner, detach=detach)
+        click.echo(f"asked supervisor {name} (pid {record.pid} on {record.host}) to stop; waiting...", err=True)
+        started = time.monotonic()
+        next_report = started + 5.0
+        while True:
+            current = store.get(name)
+            if current is None or current.owner != record.owner or (detach and current.state == DaemonState.DETACHED.value):
+                break
+            if liveness(current, time.time()) is not Liveness.ALIVE:  # it died before finishing
+                raise click.ClickException(_not_running(current))
+            waited = time.monotonic() - started
+            if waited > timeout_s:
+                raise click.ClickException(f"supervisor {name} did not finish its teardown within {timeout_s:g}s (state {current.state})")
+            if time.monotonic() >= next_report:
+                click.echo(f"[{waited:4.0f}s] waiting for supervisor {name} to tear down (state {current.state})", err=True)
+                next_report += 5.0
+            time.sleep(0.2)
+    click.echo(f"supervisor {name} detached: its pools and workers run on; start it again to re-adopt them" if detach else f"supervisor {name} stopped")
+
+
+def _not_running(record: Any) -> str:
+    age = record.heartbeat_age(time.time())
+    return (
+        f"supervisor {record.name} is not running (last heartbeat {age:.0f}s ago); "
+        f"`supervisor gc` removes what it left once its heartbeat is {record.orphan_grace_s:g}s old"
+    )
+
+
+@main.command()
+@click.option("--spec", "spec_path", default=None, type=click.Path(dir_okay=False), help="Also check this spec's budget against the cluster.")
+@_ADDRESS
+@_JSON
+def doctor(spec_path: str | None, address: str | None, as_json: bool) -> None:
+    """Triage a stuck or slow job: what blocks scheduling, which ranks fail their init, and what hurts
+    after start, each with a suggested fix. Exit 0 when nothing is found, 1 otherwise."""
+    from ..daemon.spec import SpecError, load_spec
+    from .doctor import diagnose, gather_facts, render_findings
+
+    spec = None
+    if spec_path:
+        try:
+            spec = load_spec(spec_path, check_imports=False, check_budget=False)
+        except SpecError as exc:
+            for line in str(exc).splitlines():
+                click.echo(f"error: {line}", err=True)
+            sys.exit(2)
+    # The cluster as `start` would pick it: --address, $RAY_ADDRESS, the spec's; else the local one.
+    address = address or os.environ.get("RAY_ADDRESS") or (spec.ray.address if spec else None)
+    with _connected(address, spec.path(spec.ray.auth_token_path) if spec else None):
+        findings = diagnose(gather_facts(spec))
+    if as_json:
+        click.echo(json.dumps([f.as_dict() for f in findings], indent=2))
+    else:
+        click.echo(render_findings(findings))
+    sys.exit(1 if findings else 0)
+
+
+@main.command()
+@_ADDRESS
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@click.option(
+    "--grace", "grace_s", type=float, default=None,
+    help="Heartbeat age that makes a supervisor orphaned (default: its own orphan_grace_s); a live daemon is never collected.",
+)  # fmt: skip
+def gc(address: str | None, dry_run: bool, grace_s: float | None) -> None:
+    """Remove the pools and actors of supervisors whose daemon is gone (heartbeat older than the grace
+    period), and their records. Running supervisors are never touched."""
+    from ..daemon.ownership import find_owned, remove_owned
+    from ..daemon.record import Liveness, RecordStore, liveness
+
+    now = time.time()
+    found = 0
+    with _connected(address):
+        store = RecordStore()
+        for record in store.all():
+            age = record.heartbeat_age(now)
+            state = liveness(record, now)
+            # A live heartbeat is never collected, whatever --grace says.
+            orphaned = state is Liveness.ORPHANED if grace_s is None else (state is not Liveness.ALIVE and age > grace_s)
+            if not orphaned:
+                continue
+            found += 1
+            owned = find_owned(record.name)
+            what = f"{len(owned.placement_groups)} placement group(s), {len(owned.actors)} actor(s) and the record"
+            if dry_run:
+                click.echo(f"would remove supervisor {record.name} (heartbeat {age:.0f}s ago): {what}")
+                continue
+            again = store.get(record.name)
+            if again is None or (again.owner, again.heartbeat_at) != (record.owner, record.heartbeat_at):
+                click.echo(f"skipped supervisor {record.name}: a daemon took it over meanwhile")
+                continue
+            remove_owned(record.name, owned)
+            store.delete(record.name)
+            click.echo(f"removed supervisor {record.name} (heartbeat {age:.0f}s ago): {what}")
+    if not found:
+        click.echo("nothing to collect: no orphaned supervisors")
+
+
+if __name__ == "__main__":
+    main()

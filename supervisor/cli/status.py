@@ -1,0 +1,280 @@
+"""``supervisor status``: what every supervisor on a cluster owns and how it is doing.
+
+:func:`collect_status` reads the supervisor records and the cluster (placement groups, named actors);
+:func:`render_status` lays the result out like ``ray status`` (a ``======== Title: time ========``
+header, sections under a dashed rule, ``Subsection:`` lines, one-space indented items, ``(no ...)``
+for an empty list) and is pure, so the layout is tested without a cluster. The same facts go to
+``--json`` through :func:`status_to_json`. A supervisor whose daemon is down is still shown, from what
+the cluster holds, with when it was last seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..daemon.record import Liveness, RecordStore, SupervisorRecord, liveness
+from ..supervision import WorkerState
+
+__all__ = ["PlacementGroupStatus", "GroupStatus", "SupervisorStatus", "StatusReport", "collect_status", "render_status", "status_to_json"]
+
+RULE = "-" * 63  # the width of `ray status`'s rules
+
+
+@dataclass
+class PlacementGroupStatus:
+    name: str
+    state: str  # Ray's state (CREATED, PENDING, RESCHEDULING...) or MISSING
+    bundles_placed: int
+    bundles_total: int
+    bundle_nodes: list[str | None]  # current node of each bundle (None: not placed)
+
+
+@dataclass
+class PoolStatus:
+    name: str
+    placement_groups: list[PlacementGroupStatus]
+
+
+@dataclass
+class DriftedRank:
+    rank: int
+    original_node: str
+    current_node: str
+
+
+@dataclass
+class GroupStatus:
+    name: str
+    pool: str
+    state: str
+    world_size: int
+    alive: int
+    restarting: int
+    failed: int
+    restarts_in_window: int
+    restart_window_s: float
+    max_restarts: int
+    drifted: list[DriftedRank]
+    from_cluster: bool  # counts read from the cluster because the daemon is not running
+    failure: str | None = None
+    standbys_wanted: int = 0
+    standbys_ready: int = 0
+    standbys_starting: int = 0
+
+
+@dataclass
+class FailureLine:
+    time: float
+    group: str
+    rank: int
+    reason: str
+    detail: str
+
+
+@dataclass
+class SupervisorStatus:
+    name: str
+    liveness: str  # Liveness value
+    state: str  # DaemonState value, as last recorded
+    pid: int
+    host: str
+    started_at: float
+    heartbeat_at: float
+    heartbeat_age_s: float
+    metrics_address: str | None
+    pools: list[PoolStatus]
+    groups: list[GroupStatus]
+    failures: list[FailureLine]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Demand:
+    bundles: list[dict[str, float]]
+    strategy: str
+    count: int  # placement groups asking for this
+
+
+@dataclass
+class StatusReport:
+    generated_at: float
+    supervisors: list[SupervisorStatus] = field(default_factory=list)
+    demands: list[Demand] = field(default_factory=list)
+
+
+# -- collecting (reads the cluster) -------------------------------------------------------------
+
+
+def collect_status(now: float, names: list[str] | None = None) -> StatusReport:
+    """Build the report from the records and the cluster (needs a Ray connection).
+
+    Args:
+        now: wall-clock time of the report.
+        names: only these supervisors (default: every one with a record).
+    """
+    import ray
+    from ray.util import placement_group_table
+
+    store = RecordStore()
+    records = [r for r in store.all() if names is None or r.name in names]
+    table = placement_group_table()
+    by_name = {str(info.get("name")): info for info in table.values() if info.get("state") != "REMOVED"}
+    live_actors = {(a.get("namespace"), a["name"]) for a in ray.util.list_named_actors(all_namespaces=True)}
+    report = StatusReport(generated_at=now)
+    report.supervisors = [_supervisor_status(r, now, by_name, live_actors) for r in records]
+    report.demands = _pending_demands(table)
+    return report
+
+
+def _supervisor_status(
+    record: SupervisorRecord, now: float, pgs: dict[str, dict[str, Any]], live_actors: set[tuple[str | None, str]]
+) -> SupervisorStatus:
+    alive = liveness(record, now) is Liveness.ALIVE
+    pools = [
+        PoolStatus(p.name, [_pg_status(n, pgs.get(n)) for n in [*p.placement_groups, *filter(None, [p.spare_placement_group])]])
+        for p in record.pools.values()
+    ]
+    groups = []
+    for g in record.groups.values():
+        world = len(g.actor_names)
+        if alive and g.ranks:
+            counts = Counter(r.state for r in g.ranks)
+            running, failed = counts[WorkerState.RUNNING], counts[WorkerState.FAILED]
+            restarting = counts[WorkerState.RESTARTING] + counts[WorkerState.INITIALIZING]  # on their way back
+        else:
+            running = sum(1 for n in g.actor_names if (record.namespace, n) in live_actors)
+            restarting, failed = 0, world - running
+        drifted = [DriftedRank(r.rank, r.original_node or "", r.node_id or "") for r in g.ranks if r.drifted]
+        live_standbys = [sb for sb in g.standbys if (record.namespace, sb.name) in live_actors]
+        ready = sum(1 for sb in live_standbys if sb.node_id)
+        groups.append(
+            GroupStatus(
+                g.name, g.pool, g.state, world, running, restarting, failed, g.restarts_in_window(now), g.restart_window_s,
+                g.max_restarts, drifted, not alive, g.failure, g.standbys_wanted, ready, len(live_standbys) - ready,
+            )  # fmt: skip
+        )
+    failures = [FailureLine(f.time, f.group, f.rank, f.reason, f.detail) for f in record.failures]
+    return SupervisorStatus(
+        record.name, liveness(record, now).value, record.state, record.pid, record.host, record.started_at, record.heartbeat_at,
+        record.heartbeat_age(now), record.metrics_address, pools, groups, failures, list(record.warnings),
+    )  # fmt: skip
+
+
+def _pg_status(name: str, info: dict[str, Any] | None) -> PlacementGroupStatus:
+    if info is None:
+        return PlacementGroupStatus(name, "MISSING", 0, 0, [])
+    total = len(info.get("bundles", {}))
+    placed = {int(b): str(n) for b, n in info.get("bundles_to_node_id", {}).items() if n}
+    return PlacementGroupStatus(name, str(info.get("state")), len(placed), total, [placed.get(b) for b in range(total)])
+
+
+def _pending_demands(table: dict[str, dict[str, Any]]) -> list[Demand]:
+    # What `ray status` calls pending demands: placement groups still waiting for their bundles.
+    signatures: Counter[tuple[str, str]] = Counter()
+    shapes: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for info in table.values():
+        if info.get("state") not in ("PENDING", "RESCHEDULING"):
+            continue
+        placed = {int(b) for b, n in info.get("bundles_to_node_id", {}).items() if n}
+        bundles = [{k: float(v) for k, v in sorted(b.items())} for i, b in sorted(info.get("bundles", {}).items()) if int(i) not in placed]
+        key = (repr(bundles), str(info.get("strategy")))
+        signatures[key] += 1
+        shapes[key] = bundles
+    return [Demand(shapes[key], key[1], count) for key, count in sorted(signatures.items())]
+
+
+# -- rendering (pure) ---------------------------------------------------------------------------
+
+
+def status_to_json(report: StatusReport) -> dict[str, Any]:
+    return dataclasses.asdict(report)
+
+
+def _when(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def short_node(node_id: str | None) -> str:
+    """A node id as shown to people: Ray's ``node_`` prefix and the first 12 hex digits."""
+    return f"node_{node_id[:12]}" if node_id else "(unplaced)"
+
+
+def _section(title: str, subsections: list[tuple[str | None, list[str], str]]) -> list[str]:
+    """A titled section; each subsection is (heading or None, items, what "(no ...)" says when empty)."""
+    lines = [title, RULE]
+    for heading, items, empty in subsections:
+        if heading is not None:
+            lines.append(f"{heading}:")
+        lines += [f" {item}" for item in items] or [f" (no {empty})"]
+    return lines
+
+
+def render_status(report: StatusReport) -> str:
+    """The report in the layout of ``ray status``."""
+    now = report.generated_at
+    running = [s for s in report.supervisors if s.liveness == Liveness.ALIVE.value]
+    down = [s for s in report.supervisors if s.liveness != Liveness.ALIVE.value]
+    sup_items = [
+        f"{s.name}: {s.state}, pid {s.pid} on {s.host}, up {_duration(now - s.started_at)}, heartbeat {s.heartbeat_age_s:.1f}s ago"
+        + (f", metrics on {s.metrics_address}" if s.metrics_address else "")
+        for s in running
+    ]
+    down_items = [
+        f"{s.name}: daemon not running since {_when(s.heartbeat_at)} (last heartbeat {_duration(s.heartbeat_age_s)} ago, pid {s.pid} on {s.host})"
+        + ("; orphaned: `supervisor gc` removes its pools and actors" if s.liveness == Liveness.ORPHANED.value else "")
+        for s in down
+    ]
+    pool_subsections: list[tuple[str | None, list[str], str]] = []
+    group_subsections: list[tuple[str | None, list[str], str]] = []
+    failures: list[str] = []
+    for s in report.supervisors:
+        for pool in s.pools:
+            items = []
+            for pg in pool.placement_groups:
+                nodes = " ".join(f"{i}:{short_node(n)}" for i, n in enumerate(pg.bundle_nodes))
+                items.append(f"{pg.name} {pg.state} {pg.bundles_placed}/{pg.bundles_total} bundles placed" + (f" [{nodes}]" if nodes else ""))
+            pool_subsections.append((f"{s.name}/{pool.name}", items, "placement groups"))
+        for g in s.groups:
+            source = " (from the cluster: daemon not running)" if g.from_cluster else ""
+            items = [
+                f"workers: {g.alive} alive, {g.restarting} restarting, {g.failed} failed{source}",
+                f"restarts: {g.restarts_in_window} in the last {_duration(g.restart_window_s)} (budget {g.max_restarts})",
+            ]
+            if g.standbys_wanted:
+                items.append(f"standbys: {g.standbys_ready}/{g.standbys_wanted} ready" + (f", {g.standbys_starting} starting" if g.standbys_starting else ""))
+            items += [f"drift: rank {d.rank} {short_node(d.original_node)} -> {short_node(d.current_node)}" for d in g.drifted]
+            if g.failure:
+                items.append(f"failure: {g.failure}")
+            group_subsections.append((f"{s.name}/{g.name} (pool {g.pool}, world size {g.world_size}, {g.state})", items, "workers"))
+        failures += [f"{_when(f.time)} {s.name}/{f.group} rank {f.rank}: {f.reason}: {f.detail}" for f in s.failures]
+    demands = [
+        f"{_bundle_text(d.bundles)} ({d.strategy}): {d.count}+ pending placement groups" for d in report.demands  # ray's wording
+    ]
+    stamp = datetime.datetime.fromtimestamp(now).isoformat(sep=" ", timespec="microseconds")
+    lines = [f"======== Supervisor status: {stamp} ========"]
+    lines += _section("Supervisors", [("Running", sup_items, "running supervisors"), ("Not running", down_items, "stopped supervisors")])
+    lines.append("")
+    lines += _section("Pools", pool_subsections or [(None, [], "pools")])
+    lines.append("")
+    lines += _section("Groups", (group_subsections or [(None, [], "groups")]) + [("Recent failures", failures, "failures")])
+    lines.append("")
+    warnings = [f"{s.name}: {w}" for s in report.supervisors for w in s.warnings]
+    lines += _section("Resources", [("Pending Demands", demands, "resource demands"), ("Warnings", warnings, "warnings")])
+    return "\n".join(lines)
+
+
+def _bundle_text(bundles: list[dict[str, float]]) -> str:
+    # `ray status` style: identical bundles folded as "{...} * n".
+    counts = Counter(repr(b) for b in bundles)
+    return ", ".join(f"{shape} * {n}" for shape, n in counts.items())

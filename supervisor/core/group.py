@@ -1,0 +1,639 @@
+"""``WorkerGroup``: one named actor per rank, placed into its bundle, driven as a unit.
+
+The group creates the actors (with the environment contract of :mod:`supervisor.core.env`), binds the
+worker class's registered methods onto itself (:mod:`supervisor.core.binding`) and runs calls on all
+ranks or on rank 0. Actors get deterministic names in a fixed namespace, so another driver can
+re-attach to a detached group with :meth:`WorkerGroup.from_detached`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ClusterUnavailableError, ConfigError, UnknownMethodError
+from ..observability.log import get_logger
+from ..placement.layout import BundleSlot, actor_name, validate_name_prefix
+from ..placement.pool import PlacementStrategy, ResourcePool
+from ..placement.standby import BundleRef
+from .actor_class import ClassWithInitArgs
+from .binding import bind_registered_methods
+from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars
+from .rendezvous import pick_rendezvous
+from .worker import SUPERVISION_CONCURRENCY_GROUPS, Worker, send_rendezvous
+
+__all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "GroupPlacement"]
+
+# Named actors are looked up per namespace; a fixed one lets any driver find a detached group.
+DEFAULT_NAMESPACE = "ray_supervisor"
+
+log = get_logger("group")
+
+
+@dataclass(frozen=True)
+class Standby:
+    """A pre-started actor of the group's class, waiting in a free bundle to take over a failed rank."""
+
+    name: str
+    handle: Any
+    bundle: BundleRef
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    """Where an earlier supervisor left a group's actors: what a state record keeps to re-adopt them
+    once standbys have taken ranks over (Ray cannot rename an actor, so names no longer follow the layout).
+
+    Attributes:
+        actor_names: each rank's actor name, in rank order.
+        bundles: each rank's bundle, in rank order.
+        standbys: standby actor name by bundle.
+    """
+
+    actor_names: list[str]
+    bundles: list[BundleRef]
+    standbys: dict[BundleRef, str] = field(default_factory=dict)
+
+
+class WorkerGroup:
+    """A group of worker actors, one per rank of a resource pool.
+
+    Args:
+        resource_pool: where the ranks go; None when attaching to existing actors.
+        cls_with_init: the worker class and its constructor arguments.
+        bin_pack: create the pool's placement groups with STRICT_PACK (else PACK) if not created yet.
+        name_prefix: prefix of the actor names; a fresh unique one when None.
+        detached: actors outlive the creating job.
+        worker_names: attach to these existing actors instead of creating new ones.
+        worker_handles: attach to these actor handles (keeps strong references).
+        worker_env: extra environment variables for every rank; may not override the contract.
+        namespace: Ray namespace of the named actors.
+        master_addr, master_port: use this rendezvous instead of picking one on rank 0's node.
+        adopt: with a resource pool, attach to the live actors that already carry this group's
+            names (a detached group left by an earlier supervisor) and create only the missing ranks;
+            ``adopted_ranks`` lists the ranks attached. If rank 0 is missing, a new rendezvous is picked.
+        placement: with ``adopt``, the actor names and bundles an earlier supervisor recorded (after
+            standby takeovers); default: the names and bundles of the layout.
+
+    Raises:
+        ConfigError / WorkerEnvError: invalid arguments (nothing is created).
+        ClusterUnavailableError: Ray is not initialised.
+        PlacementError: the pool's resources are not available.
+    """
+
+    def __init__(
+        self,
+        resource_pool: ResourcePool | None = None,
+        cls_with_init: ClassWithInitArgs | None = None,
+        bin_pack: bool = True,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        worker_env: dict[str, str] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        master_addr: str | None = None,
+        master_port: int | str | None = None,
+        adopt: bool = False,
+        placement: GroupPlacement | None = None,
+    ) -> None:
+        self.name_prefix = validate_name_prefix(name_prefix) if name_prefix else f"wg-{uuid.uuid4().hex[:6]}-"
+        self.namespace = namespace
+        self.detached = bool(detached)
+        self.cls_with_init = cls_with_init
+        self.resource_pool = resource_pool
+        self.worker_env = check_user_env(worker_env)
+        self.fused_worker_used = False
+        self.sub_cls_name = ""
+        self._workers: list[Any] = []
+        self._worker_names: list[str] = []
+        self._slots: list[BundleSlot] = []  # each rank's identity in the layout (LOCAL_RANK, ...)
+        self._bundles: list[BundleRef] = []  # each rank's bundle now (a standby's, after it took over)
+        self._standbys: dict[BundleRef, Standby] = {}
+        self._pgs: list[Any] = []  # the pool's placement groups in rank order, then its spare group
+        self._rendezvous: Rendezvous | None = None
+        self._dispatch_info: dict[str, list[int]] = {}
+        self._collect_info: dict[str, list[bool]] = {}
+        self.method_names: list[str] = []
+        self.adopted_ranks: list[int] = []
+        # Node of each rank's current actor, once known (filled by create_group / init_group; a
+        # replacement forgets its rank's entry).
+        self.rank_nodes: dict[int, str] = {}
+        # Set by a GroupSupervisor: blocking calls then survive rank failures (see supervised_call).
+        self.supervisor: Any = None
+        if (master_addr is None) != (master_port is None):
+            raise ConfigError("give both master_addr and master_port, or neither (rank 0's node is then used)")
+        if master_addr is not None:
+            self._rendezvous = Rendezvous(str(master_addr), int(master_port))  # type: ignore[arg-type]
+
+        import ray
+
+        if not ray.is_initialized():
+            raise ClusterUnavailableError("Ray is not initialised: call ray.init(address=...) before creating a WorkerGroup")
+        if resource_pool is None:
+            if not worker_names and not worker_handles:
+                raise ConfigError("a WorkerGroup needs a resource_pool, or worker_names/worker_handles to attach to")
+            self._attach(worker_names, worker_handles)
+        else:
+            if cls_with_init is None:
+                raise ConfigError("cls_with_init is required to create workers in a resource pool")
+            self._create_workers(resource_pool, cls_with_init, bin_pack, adopt, placement)
+        if cls_with_init is not None:
+            self.method_names = bind_registered_methods(self, cls_with_init.user_cls)
+
+    # -- construction ---------------------------------------------------------------------------
+    def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None) -> None:
+        import ray
+
+        if worker_handles:
+            self._workers = list(worker_handles)
+            self._worker_names = list(worker_names) if worker_names else []
+            return
+        assert worker_names is not None
+        handles = []
+        for name in worker_names:
+            try:
+                handles.append(ray.get_actor(name, namespace=self.namespace))
+            except ValueError:
+                raise ConfigError(f"no actor named {name!r} in namespace {self.namespace!r}") from None
+        self._workers = handles
+        self._worker_names = list(worker_names)
+
+    def _create_workers(
+        self, pool: ResourcePool, cls_with_init: ClassWithInitArgs, bin_pack: bool, adopt: bool, placement: GroupPlacement | None
+    ) -> None:
+        if self.detached and not pool.detached:
+            log.warning("detached_group_in_non_detached_pool", group=self.name_prefix, pool=pool.name_prefix)
+        pgs = pool.get_placement_groups(strategy=None if bin_pack else PlacementStrategy.PACK)
+        self._pgs = [*pgs, *([pool.spare_pg] if pool.spare_pg is not None else [])]
+        slots = pool.rank_slots()
+        class_name = cls_with_init.user_cls.__name__
+        self._slots = list(slots)
+        usable = set(self.all_bundles())
+        if placement is not None and len(placement.actor_names) == len(slots) and len(placement.bundles) == len(slots) and set(placement.bundles) <= usable:
+            names, bundles = list(placement.actor_names), list(placement.bundles)
+        else:  # the layout's (also when the recorded bundles are gone, e.g. the spares were dropped from the spec)
+            names, bundles = [actor_name(self.name_prefix, class_name, slot) for slot in slots], [s.bundle for s in slots]
+        existing = {rank: handle for rank, name in enumerate(names) if adopt and (handle := self._find_actor(name)) is not None}
+        self._bundles = bundles
+        if self._rendezvous is None or (adopt and 0 not in existing):
+            # Rank 0 is created now, so its rendezvous is picked now on its bundle's node, never on
+            # an adopted group's earlier port (stale peers may still connect to it).
+            self._pick_new_rendezvous()
+        created: list[Any] = []
+        try:
+            for slot, name in zip(slots, names, strict=True):
+                handle = existing.get(slot.rank)
+                if handle is None:
+                    handle = self._create_actor(bundles[slot.rank], name, self._rank_env(slot.rank))
+                    created.append(handle)
+                self._workers.append(handle)
+                self._worker_names.append(name)
+        except BaseException:
+            # Transactional start: a half-created group leaves no actors behind (adopted ones stay).
+            self._workers = created
+            self.kill()
+            raise
+        for bundle, name in (placement.standbys.items() if placement is not None and adopt else []):
+            handle = self._find_actor(name) if bundle in usable and bundle not in bundles else None
+            if handle is not None:
+                self._standbys[bundle] = Standby(name, handle, bundle)
+        self.adopted_ranks = sorted(existing)
+        log.info(
+            "group_adopted" if existing else "group_created",
+            adopted=len(existing),
+            group=self.name_prefix,
+            cls=class_name,
+            world_size=len(slots),
+            pool=pool.name_prefix,
+            master=f"{self._rendezvous.master_addr}:{self._rendezvous.master_port}",
+        )
+
+    def _rank_env(self, rank: int) -> dict[str, str]:
+        """The environment of ``rank`` (what its actor starts with, or a standby adopts)."""
+        assert self._rendezvous is not None
+        slot = self._slots[rank]
+        identity = WorkerIdentity(
+            rank=rank,
+            world_size=len(self._slots),
+            local_rank=slot.local_rank,
+            local_world_size=slot.local_world_size,
+            prefix=self.name_prefix,
+        )
+        return worker_env_vars(identity, self._rendezvous, self.worker_env)
+
+    def _create_actor(self, bundle: BundleRef, name: str, env: dict[str, str]) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        pool, cls_with_init = self.resource_pool, self.cls_with_init
+        assert pool is not None and cls_with_init is not None
+        options = dict(cls_with_init.options)
+        runtime_env = dict(options.pop("runtime_env", None) or {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+        options.update(
+            runtime_env=runtime_env,
+            name=name,
+            namespace=self.namespace,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self._pgs[bundle.pg_index], placement_group_bundle_index=bundle.bundle_index
+            ),
+        )
+        if pool.use_gpu:
+            options.setdefault("num_gpus", 1 / pool.max_colocate_count)  # an even share unless the class says
+        # Worker subclasses carry the supervisor's sentinel and probe, which run in their own groups.
+        groups = SUPERVISION_CONCURRENCY_GROUPS if issubclass(cls_with_init.user_cls, Worker) else None
+        if self.detached:
+            options["lifetime"] = "detached"
+        try:
+            actor_cls = cls_with_init.actor_class(concurrency_groups=groups)
+            return actor_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
+        except ValueError as exc:
+            if "already taken" in str(exc) or "already exists" in str(exc):
+                raise ConfigError(
+                    f"an actor named {name!r} already exists in namespace {self.namespace!r}: re-attach with "
+                    f"WorkerGroup.from_detached(worker_names=[...]) or kill it first"
+                ) from None
+            raise
+
+    def _find_actor(self, name: str) -> Any | None:
+        import ray
+
+        try:
+            return ray.get_actor(name, namespace=self.namespace)
+        except ValueError:  # no live actor of that name (a dead detached actor frees its name)
+            return None
+
+    @classmethod
+    def from_detached(
+        cls,
+        name_prefix: str | None = None,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        cls_with_init: ClassWithInitArgs | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        **kwargs: Any,
+    ) -> WorkerGroup:
+        """Attach to existing (typically detached) actors by name or handle, and bind the class's methods.
+
+        Raises:
+            ConfigError: a named actor does not exist in ``namespace``.
+        """
+        return cls(
+            resource_pool=None,
+            cls_with_init=cls_with_init,
+            name_prefix=name_prefix,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            namespace=namespace,
+            **kwargs,
+        )
+
+    def spawn(self, prefix_set: set[str] | list[str]) -> dict[str, WorkerGroup]:
+        """One group per role of a colocated group, sharing its actors, with the role's methods unprefixed.
+
+        Returns:
+            ``{role: group}``; ``group.method(...)`` calls ``role_method`` on the colocated actors.
+        """
+        out: dict[str, WorkerGroup] = {}
+        for role in prefix_set:
+            # Bypass subclass constructors (the verl adapter renames arguments): same type, attached.
+            group = type(self).__new__(type(self))
+            WorkerGroup.__init__(
+                group,
+                cls_with_init=self.cls_with_init,
+                name_prefix=self.name_prefix,
+                worker_names=self._worker_names,
+                worker_handles=self._workers,
+                namespace=self.namespace,
+            )
+            group._slots = list(self._slots)
+            group._bundles = list(self._bundles)
+            group._pgs = list(self._pgs)
+            group._rendezvous = self._rendezvous
+            group.resource_pool = self.resource_pool
+            prefix = role + "_"
+            for method_name in list(group.method_names):
+                if method_name.startswith(prefix):
+                    setattr(group, method_name[len(prefix) :], getattr(group, method_name))
+            group.sub_cls_name = role
+            out[role] = group
+        return out
+
+    # -- replacement ----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The group's name in metrics and logs: its prefix without trailing separators."""
+        return self.name_prefix.rstrip("-_:.") or self.name_prefix
+
+    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None) -> Any:
+        """Kill rank ``rank``'s actor and create a fresh one into the same bundle (or into ``bundle``).
+
+        The new actor has the same name, rank and environment. Replacing rank 0 also replaces the
+        rendezvous (it lives on rank 0's node): once the old actor is gone a fresh MASTER_ADDR/PORT is
+        picked on its bundle and the new rank 0 starts with it; live ranks learn it through
+        :meth:`propagate_rendezvous`. Only groups that created their actors can replace them.
+
+        Args:
+            bundle: a free bundle of the group (a spare) to move the rank to; default: its own bundle.
+
+        Returns:
+            The new actor handle.
+
+        Raises:
+            ConfigError: the group was attached by name or handle, or ``rank`` is out of range.
+            TimeoutError: Ray did not release the old actor's name in time.
+        """
+        self._check_replaceable(rank)
+        name = self._worker_names[rank]
+        self._kill_rank(rank)
+        self._wait_name_released(name, name_release_timeout_s)
+        if bundle is not None:
+            self._bundles[rank] = bundle
+        if rank == 0:
+            self._pick_new_rendezvous()
+        handle = self._create_actor(self._bundles[rank], name, self._rank_env(rank))
+        self._workers[rank] = handle
+        return handle
+
+    def take_over(self, rank: int, bundle: BundleRef, timeout_s: float = 60.0) -> Any:
+        """Kill rank ``rank``'s actor and let the standby in ``bundle`` become that rank.
+
+        The standby adopts the rank's environment (RANK, LOCAL_RANK, the rendezvous, the user's
+        variables) and from then on is that rank; it keeps its own actor name (Ray cannot rename an
+        actor), which :attr:`worker_names` reports. A standby taking over rank 0 gets a fresh
+        rendezvous on its own node (survivors learn it through :meth:`propagate_rendezvous`).
+
+        Returns:
+            The standby's handle, now rank ``rank``.
+
+        Raises:
+            ConfigError: no standby in ``bundle``, or the rank cannot be replaced.
+            ray.exceptions.RayError / TimeoutError: the standby died or did not answer; it is dropped
+                and the rank is left without an actor (replace it with :meth:`replace_worker`).
+        """
+        import ray
+
+        self._check_replaceable(rank)
+        standby = self._standbys.pop(bundle, None)
+        if standby is None:
+            raise ConfigError(f"group {self.name_prefix} has no standby in bundle {bundle}")
+        self._kill_rank(rank)
+        previous = self._bundles[rank]
+        self._bundles[rank] = bundle
+        try:
+            if rank == 0:
+                self._pick_new_rendezvous()
+            info = ray.get(standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s)
+        except BaseException:
+            self._bundles[rank] = previous
+            kill_actor_quietly(standby.handle)
+            raise
+        self._workers[rank] = standby.handle
+        self._worker_names[rank] = standby.name
+        self.rank_nodes[rank] = info["node_id"]
+        log.info("standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=str(bundle))
+        return standby.handle
+
+    def start_standbys(self, bundles: list[BundleRef]) -> list[Standby]:
+        """Start a standby in each of ``bundles`` (free bundles of the group); returns without waiting
+        for their constructors. A standby has the group's environment but no rank (see
+        :data:`~supervisor.core.env.STANDBY_ENV_KEY`)."""
+        if self.resource_pool is None or self.cls_with_init is None or self._rendezvous is None:
+            raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot start standbys")
+        env = standby_env_vars(len(self._slots), self.name_prefix, self._rendezvous, self.worker_env)
+        started = []
+        for bundle in bundles:
+            if bundle in self._standbys or bundle in self._bundles:
+                raise ConfigError(f"bundle {bundle} of group {self.name_prefix} is not free")
+            name = f"{self.name_prefix}{self.cls_with_init.user_cls.__name__}_standby-{uuid.uuid4().hex[:8]}"
+            standby = Standby(name, self._create_actor(bundle, name, env), bundle)
+            self._standbys[bundle] = standby
+            started.append(standby)
+        return started
+
+    def drop_standby(self, bundle: BundleRef) -> None:
+        """Forget (and kill) the standby in ``bundle``, e.g. because it died."""
+        standby = self._standbys.pop(bundle, None)
+        if standby is not None:
+            kill_actor_quietly(standby.handle)
+
+    def all_bundles(self) -> list[BundleRef]:
+        """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
+        layout = [s.bundle for s in self._slots]
+        spares = []
+        if self.resource_pool is not None and self.resource_pool.spare_pg is not None:
+            spare_index = len(self._pgs) - 1
+            spares = [BundleRef(spare_index, b) for b in range(self.resource_pool.spare_bundle_count)]
+        return [*layout, *spares]
+
+    def placed_bundles(self) -> dict[BundleRef, str]:
+        """The node of every bundle of the group that is placed now, on an alive node; bundles of a
+        lost node that Ray is re-placing are absent (the other bundles of their SPREAD placement group,
+        RESCHEDULING as a whole, still count)."""
+        import ray
+        from ray.util import placement_group_table
+
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        out: dict[BundleRef, str] = {}
+        for index in sorted({b.pg_index for b in self.all_bundles()}):
+            table = placement_group_table(self._pgs[index])
+            for bundle_index, node in table.get("bundles_to_node_id", {}).items():
+                if node in alive:
+                    out[BundleRef(index, int(bundle_index))] = str(node)
+        return out
+
+    def _check_replaceable(self, rank: int) -> None:
+        if not self._slots or self.resource_pool is None or self.cls_with_init is None:
+            raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot replace them")
+        if not 0 <= rank < len(self._workers):
+            raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
+
+    def _kill_rank(self, rank: int) -> None:
+        kill_actor_quietly(self._workers[rank])
+        self.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
+
+    def _wait_name_released(self, name: str, timeout_s: float) -> None:
+        # ray.kill is asynchronous: the GCS frees the name once the actor is DEAD.
+        import time
+
+        import ray
+
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"actor name {name!r} still taken {timeout_s:.0f}s after killing its actor")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def _pick_new_rendezvous(self) -> Rendezvous:
+        # On rank 0's bundle, and never the previous port: stale peers may still connect to it.
+        first = self._bundles[0]
+        previous = self._rendezvous.master_port if self._rendezvous else None
+        self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous)
+        return self._rendezvous
+
+    def propagate_rendezvous(self, survivors: list[int], timeout_s: float = 60.0) -> list[int]:
+        """After rank 0 was replaced, tell the live ``survivors`` the new rendezvous (updated in place).
+
+        A survivor that cannot take it within ``timeout_s`` (dead or stuck) is replaced instead, so it
+        starts with the new rendezvous in its environment.
+
+        Returns:
+            The survivors that were replaced.
+        """
+        import ray
+
+        assert self._rendezvous is not None
+        rdv = self._rendezvous
+        refs = {send_rendezvous(self._workers[r], rdv.master_addr, rdv.master_port): r for r in survivors}
+        # One deadline for all: stuck ranks must not add up their timeouts.
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        lost = [refs[ref] for ref in refs if ref not in set(ready)]
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                lost.append(refs[ref])
+        for rank in sorted(lost):
+            self.replace_worker(rank)
+        return sorted(lost)
+
+    # -- execution ------------------------------------------------------------------------------
+    def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            method = getattr(worker, method_name)
+        except AttributeError:
+            cls_name = self.cls_with_init.user_cls.__name__ if self.cls_with_init else "the worker class"
+            raise UnknownMethodError(f"{cls_name} has no method {method_name!r} (group {self.name_prefix})") from None
+        return method.remote(*args, **kwargs)
+
+    def rank_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """The arguments each rank receives from an ``execute_all`` call.
+
+        When every argument is a list of world_size entries, rank i gets entry i of each; otherwise
+        every rank gets the arguments as they are (verl's rule).
+        """
+        n = len(self._workers)
+        values = [*args, *kwargs.values()]
+        if all(isinstance(v, list) and len(v) == n for v in values):
+            return [(tuple(a[i] for a in args), {k: v[i] for k, v in kwargs.items()}) for i in range(n)]
+        return [(args, kwargs)] * n
+
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method_name`` on every rank; returns one ObjectRef per rank (see :meth:`rank_arguments`)."""
+        return [
+            self._remote(w, method_name, a, k) for w, (a, k) in zip(self._workers, self.rank_arguments(args, kwargs), strict=True)
+        ]
+
+    def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method_name`` on every rank and wait for the results (in rank order)."""
+        import ray
+
+        return list(ray.get(self.execute_all_async(method_name, *args, **kwargs)))
+
+    def execute_all(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Alias of :meth:`execute_all_async` (verl's semantics)."""
+        return self.execute_all_async(method_name, *args, **kwargs)
+
+    def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method_name`` on rank 0; returns its ObjectRef."""
+        return self._remote(self._workers[0], method_name, args, kwargs)
+
+    def execute_rank_zero_sync(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        return ray.get(self.execute_rank_zero_async(method_name, *args, **kwargs))
+
+    def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Alias of :meth:`execute_rank_zero_async` (verl's semantics)."""
+        return self.execute_rank_zero_async(method_name, *args, **kwargs)
+
+    # -- mesh dispatch info ---------------------------------------------------------------------
+    def dispatch_info(self, mesh_name: str) -> list[int]:
+        """dp rank of every rank on ``mesh_name`` (asked once, then cached)."""
+        if mesh_name not in self._dispatch_info:
+            self._dispatch_info[mesh_name] = self.execute_all_sync("_query_dispatch_info", mesh_name)
+        return self._dispatch_info[mesh_name]
+
+    def collect_info(self, mesh_name: str) -> list[bool]:
+        """Whether each rank's output is collected on ``mesh_name`` (asked once, then cached)."""
+        if mesh_name not in self._collect_info:
+            self._collect_info[mesh_name] = self.execute_all_sync("_query_collect_info", mesh_name)
+        return self._collect_info[mesh_name]
+
+    # -- introspection --------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return len(self._workers)
+
+    @property
+    def workers(self) -> list[Any]:
+        return self._workers
+
+    @property
+    def worker_names(self) -> list[str]:
+        return self._worker_names
+
+    @property
+    def slots(self) -> list[BundleSlot]:
+        """Every rank's place in the pool's layout, which fixes its identity (empty for attached groups)."""
+        return list(self._slots)
+
+    @property
+    def rank_bundles(self) -> list[BundleRef]:
+        """The bundle every rank runs in now (its layout slot's, until a standby or spare takes it over)."""
+        return list(self._bundles)
+
+    @property
+    def standbys(self) -> dict[BundleRef, Standby]:
+        return dict(self._standbys)
+
+    def placement(self) -> GroupPlacement:
+        """What a state record keeps to re-adopt this group (see :class:`GroupPlacement`)."""
+        return GroupPlacement(list(self._worker_names), list(self._bundles), {b: s.name for b, s in self._standbys.items()})
+
+    @property
+    def master_address(self) -> str | None:
+        return self._rendezvous.master_addr if self._rendezvous else None
+
+    @property
+    def master_port(self) -> str | None:
+        return str(self._rendezvous.master_port) if self._rendezvous else None
+
+    def wait_ready(self, timeout_s: float = 300.0) -> list[dict[str, Any]]:
+        """Wait until every actor has been constructed; return each rank's :meth:`Worker.node_info`."""
+        import ray
+
+        return list(ray.get([w.node_info.remote() for w in self._workers], timeout=timeout_s))
+
+    # -- teardown -------------------------------------------------------------------------------
+    def kill(self) -> None:
+        """End the group's actors and standbys (detached ones too). Idempotent; safe when Ray is down."""
+        import ray
+
+        workers, self._workers = [*self._workers, *(s.handle for s in self._standbys.values())], []
+        self._worker_names = []
+        self._slots = []
+        self._bundles = []
+        self._standbys = {}
+        if not ray.is_initialized():
+            return
+        for worker in workers:
+            kill_actor_quietly(worker)
+        if workers:
+            log.info("group_killed", group=self.name_prefix, actors=len(workers))
+
+
+def kill_actor_quietly(actor: Any) -> None:
+    import ray
+
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception as exc:  # already dead, or the cluster is gone
+        log.debug("actor_kill_failed", actor=str(actor), error=str(exc))

@@ -1,0 +1,39 @@
+"""Choose the group's rendezvous: rank 0's node address and a port that is free there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .env import Rendezvous
+
+__all__ = ["pick_rendezvous"]
+
+
+def _probe_master_addr_port(avoid_port: int | None) -> tuple[str, int]:
+    from supervisor.core.worker import find_free_port, node_ip_address
+
+    port = find_free_port()
+    while port == avoid_port:
+        port = find_free_port()
+    return node_ip_address(), port
+
+
+def pick_rendezvous(
+    placement_group: Any, bundle_index: int, avoid_port: int | None = None, timeout_s: float = 120.0
+) -> Rendezvous:
+    """Run a zero-CPU task in rank 0's bundle that reports its node address and a free port.
+
+    The task runs where rank 0 will run, so MASTER_ADDR is that node and the port was free on it.
+    ``avoid_port`` (the previous rendezvous) is never reused: stale peers may still connect to it.
+    """
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    probe = ray.remote(num_cpus=0)(_probe_master_addr_port)
+    ref = probe.options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=placement_group, placement_group_bundle_index=bundle_index
+        )
+    ).remote(avoid_port)
+    addr, port = ray.get(ref, timeout=timeout_s)
+    return Rendezvous(master_addr=str(addr), master_port=int(port))

@@ -1,0 +1,279 @@
+"""The :class:`Worker` base class: the code that runs inside each rank's actor.
+
+A worker reads its identity from the environment contract (:mod:`supervisor.core.env`) when it is
+constructed, so subclasses can use ``self.rank`` and ``self.world_size`` in their ``__init__`` and
+torch.distributed finds RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT where it expects them.
+
+This module stays light on purpose (no torch import): every actor process imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from ..errors import WorkerEnvError
+from .decorator import register
+from .env import STANDBY_ENV_KEY
+from .modes import Dispatch, Execute
+
+__all__ = [
+    "Worker",
+    "WorkerHelper",
+    "find_free_port",
+    "node_ip_address",
+    "SUPERVISION_CONCURRENCY_GROUPS",
+    "arm_sentinel",
+    "send_probe",
+    "send_rendezvous",
+]
+
+# The supervisor's calls run in their own concurrency groups, so they are answered while a user call
+# is busy: the sentinel stays outstanding (Ray fails it the moment the process dies) and the probe
+# answers unless the whole process is stuck. The group is chosen per call (not with @ray.method on the
+# class), so a Worker subclass still works as a plain `ray.remote` actor without these groups.
+SENTINEL_GROUP = "_supervisor_sentinel"
+PROBE_GROUP = "_supervisor_probe"
+SUPERVISION_CONCURRENCY_GROUPS = {SENTINEL_GROUP: 1, PROBE_GROUP: 1}
+
+
+def arm_sentinel(handle: Any, hold_s: float) -> Any:
+    """Start a sentinel call on a supervised actor; Ray fails the returned ref as soon as it dies."""
+    return handle._supervisor_sentinel.options(concurrency_group=SENTINEL_GROUP).remote(hold_s)
+
+
+def send_probe(handle: Any) -> Any:
+    """A health probe answered from the probe thread (returns :meth:`Worker.node_info`)."""
+    return handle._supervisor_probe.options(concurrency_group=PROBE_GROUP).remote()
+
+
+def send_rendezvous(handle: Any, master_addr: str, master_port: int) -> Any:
+    """Tell a supervised actor a new rendezvous, answered even while it runs a call."""
+    return handle._update_rendezvous.options(concurrency_group=PROBE_GROUP).remote(master_addr, master_port)
+
+
+def node_ip_address() -> str:
+    """The IP address Ray uses for this node (loopback on a local cluster)."""
+    import ray
+
+    return ray.util.get_node_ip_address().strip("[]")
+
+
+def find_free_port(host: str = "") -> int:
+    """A TCP port that is free on this node right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class WorkerHelper:
+    """Node-level helpers available to every worker (verl's names)."""
+
+    @staticmethod
+    def _get_node_ip() -> str:
+        return node_ip_address()
+
+    @staticmethod
+    def _get_free_port() -> int:
+        return find_free_port()
+
+    def get_available_master_addr_port(self) -> tuple[str, str]:
+        return node_ip_address(), str(find_free_port())
+
+    # verl spelled it this way once; keep both so ported code runs.
+    get_availale_master_addr_port = get_available_master_addr_port
+
+
+def _env_int(name: str, default: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        if default is None:
+            raise WorkerEnvError(
+                f"{name} is not set: a Worker must be created by a WorkerGroup (or with RANK, WORLD_SIZE, "
+                "MASTER_ADDR and MASTER_PORT in its environment)"
+            )
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise WorkerEnvError(f"{name}={raw!r} is not an integer") from None
+
+
+class Worker(WorkerHelper):
+    """Base class of the user's worker classes.
+
+    Subclasses add methods decorated with :func:`~supervisor.core.decorator.register`; the group binds them.
+    The constructor must be called (``super().__init__()``) before ``rank``/``world_size`` are used.
+
+    Raises:
+        WorkerEnvError: the contract variables are missing or malformed.
+    """
+
+    fused_worker_attr_name = "fused_worker_dict"
+
+    @classmethod
+    def env_keys(cls) -> list[str]:
+        """The environment variables that configure a worker."""
+        return ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"]
+
+    def __init__(self, cuda_visible_devices: str | None = None) -> None:
+        if cuda_visible_devices is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(cuda_visible_devices)
+        self._read_identity()
+        self.fused_worker_dict: dict[str, Any] = {}
+        self._mesh_dispatch_dp_rank: dict[str, int] = {}
+        self._mesh_collect_dp_rank: dict[str, bool] = {}
+
+    def _read_identity(self) -> None:
+        # A standby starts before it knows which rank it will replace: it has no RANK until it takes one over.
+        self._world_size = _env_int("WORLD_SIZE")
+        self._rank: int | None = None
+        self._local_rank: int | None = None
+        self._local_world_size: int | None = None
+        if not os.environ.get(STANDBY_ENV_KEY):
+            self._rank = _env_int("RANK")
+            if not 0 <= self._rank < self._world_size:
+                raise WorkerEnvError(f"RANK={self._rank} is outside 0..WORLD_SIZE-1 (WORLD_SIZE={self._world_size})")
+            self._local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
+            self._local_rank = self._resolve_local_rank()
+            os.environ["LOCAL_RANK"] = str(self._local_rank)
+        master_addr = os.environ.get("MASTER_ADDR")
+        master_port = os.environ.get("MASTER_PORT")
+        if not master_addr or not master_port:
+            raise WorkerEnvError("MASTER_ADDR and MASTER_PORT must be set for a Worker (the group sets them)")
+        self._master_addr = master_addr
+        self._master_port = master_port
+
+    @staticmethod
+    def _resolve_local_rank() -> int:
+        # When Ray is told not to set CUDA_VISIBLE_DEVICES, every process sees all GPUs, so the local
+        # rank must be the device Ray assigned to this actor rather than the position in the bundle list.
+        if os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
+            import ray
+
+            gpu_ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+            if gpu_ids:
+                return int(gpu_ids[0])
+        return _env_int("LOCAL_RANK", 0)
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def is_standby(self) -> bool:
+        """A pre-started standby that has not taken over a rank yet."""
+        return self._rank is None
+
+    @property
+    def rank(self) -> int:
+        return self._identity("rank", self._rank)
+
+    @property
+    def local_rank(self) -> int:
+        return self._identity("local_rank", self._local_rank)
+
+    @property
+    def local_world_size(self) -> int:
+        return self._identity("local_world_size", self._local_world_size)
+
+    def _identity(self, what: str, value: int | None) -> int:
+        if value is None:
+            raise WorkerEnvError(
+                f"{what} of a standby is unknown until it takes over a rank: move rank-dependent setup from "
+                f"{type(self).__name__}.__init__ into the group's init_method"
+            )
+        return value
+
+    def get_master_addr_port(self) -> tuple[str, str]:
+        return self._master_addr, self._master_port
+
+    def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
+        """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
+        self._master_addr, self._master_port = str(master_addr), str(master_port)
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = self._master_addr, self._master_port
+
+    def get_cuda_visible_devices(self) -> str:
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "not set")
+
+    def get_fused_worker_by_name(self, worker_name: str) -> Any:
+        return self.fused_worker_dict.get(worker_name)
+
+    def node_info(self) -> dict[str, Any]:
+        """Where this worker runs: Ray node id, node IP and process id (for placement and drift checks)."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "node_ip": node_ip_address(), "pid": os.getpid(), "rank": self._rank}
+
+    # -- supervision ----------------------------------------------------------------------------
+    def _supervisor_sentinel(self, hold_s: float) -> int:
+        """Stay outstanding for ``hold_s`` seconds, then return this process id (the supervisor re-arms it)."""
+        time.sleep(hold_s)
+        return os.getpid()
+
+    def _supervisor_take_over(self, env: dict[str, str]) -> dict[str, Any]:
+        """Become a rank: a standby adopts the failed rank's environment (rank, rendezvous, user env)."""
+        if not self.is_standby:
+            raise WorkerEnvError(f"rank {self._rank} is not a standby and cannot take over another rank")
+        os.environ.pop(STANDBY_ENV_KEY, None)
+        os.environ.update(env)
+        self._read_identity()
+        for role in getattr(self, "worker_dict", {}).values():  # colocated roles share this process's identity
+            if isinstance(role, Worker):
+                role._read_identity()
+        return self.node_info()
+
+    def _supervisor_probe(self) -> dict[str, Any]:
+        """Health probe: answers from its own thread, so only a stuck process fails it."""
+        return self.node_info()
+
+    # -- mesh dispatch --------------------------------------------------------------------------
+    def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
+        """Declare this rank's data-parallel rank on ``mesh_name`` and whether its output is collected.
+
+        Raises:
+            ValueError: ``mesh_name`` was already registered on this worker.
+        """
+        if mesh_name in self._mesh_dispatch_dp_rank:
+            raise ValueError(f"mesh {mesh_name!r} is already registered on rank {self._rank}")
+        self._mesh_dispatch_dp_rank[mesh_name] = int(dp_rank)
+        self._mesh_collect_dp_rank[mesh_name] = bool(is_collect)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_dispatch_info(self, mesh_name: str) -> int:
+        if mesh_name not in self._mesh_dispatch_dp_rank:
+            raise KeyError(f"mesh {mesh_name!r} is not registered on rank {self._rank} of {type(self).__name__}")
+        return self._mesh_dispatch_dp_rank[mesh_name]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_collect_info(self, mesh_name: str) -> bool:
+        return self.query_collect_info(mesh_name)
+
+    def query_collect_info(self, mesh_name: str) -> bool:
+        if mesh_name not in self._mesh_collect_dp_rank:
+            raise KeyError(f"mesh {mesh_name!r} is not registered on rank {self._rank} of {type(self).__name__}")
+        return self._mesh_collect_dp_rank[mesh_name]
+
+    def get_dispatch_collect(self) -> dict[str, dict[str, Any]]:
+        return {"dispatch_dp_rank": dict(self._mesh_dispatch_dp_rank), "collect_dp_rank": dict(self._mesh_collect_dp_rank)}
+
+    def set_dispatch_collect(self, mesh_name: str, dispatch_dp_rank: dict[str, int], collect_dp_rank: dict[str, bool]) -> None:
+        """Copy another worker's registration for ``mesh_name`` (colocated roles share one process)."""
+        self._register_dispatch_collect_info(
+            mesh_name, dispatch_dp_rank[mesh_name], collect_dp_rank[mesh_name]
+        )
+
+    # -- generic execution ----------------------------------------------------------------------
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
+    def execute_with_func_generator(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``func(self, *chunks)`` on every rank with this rank's chunk of the DataProto arguments."""
+        return func(self, *args, **kwargs)
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def execute_func_rank_zero(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``func(*args, **kwargs)`` on rank 0 only."""
+        return func(*args, **kwargs)

@@ -1,0 +1,75 @@
+"""What a supervisor owns in the cluster, found by name, and its removal.
+
+A supervisor named ``N`` owns exactly the placement groups whose names start with ``N.`` (pool
+prefixes are ``N.<pool>``; supervisor names contain no dot, so no other supervisor's names match) and
+the named actors in the Ray namespace ``supervisor.N``. Finding them by name rather than from the state
+record alone means nothing is missed when a daemon died between creating something and recording it.
+Teardown, ``supervisor gc`` and a restarted daemon's reconciliation all use these two functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..observability.log import get_logger
+
+__all__ = ["Owned", "find_owned", "remove_owned", "namespace_of", "pool_prefix_of"]
+
+log = get_logger("ownership")
+
+
+def namespace_of(supervisor: str) -> str:
+    """Ray namespace of a supervisor's actors."""
+    return f"supervisor.{supervisor}"
+
+
+def pool_prefix_of(supervisor: str, pool: str) -> str:
+    """Name prefix of a supervisor's pool (its placement groups are ``<prefix>:pg...``)."""
+    return f"{supervisor}.{pool}"
+
+
+@dataclass
+class Owned:
+    """Live resources of one supervisor: placement groups ``{name: id}`` and actor names."""
+
+    placement_groups: dict[str, str] = field(default_factory=dict)
+    actors: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.placement_groups or self.actors)
+
+
+def find_owned(supervisor: str) -> Owned:
+    """Every live placement group and named actor of ``supervisor`` (needs a Ray connection)."""
+    import ray
+    from ray.util import placement_group_table
+
+    prefix = pool_prefix_of(supervisor, "")
+    pgs = {
+        str(info["name"]): pg_id
+        for pg_id, info in placement_group_table().items()
+        if info.get("state") != "REMOVED" and str(info.get("name", "")).startswith(prefix)
+    }
+    namespace = namespace_of(supervisor)
+    actors = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == namespace)
+    return Owned(pgs, actors)
+
+
+def remove_owned(supervisor: str, owned: Owned) -> None:
+    """Kill the named actors and remove the placement groups in ``owned`` (both idempotent)."""
+    import ray
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    namespace = namespace_of(supervisor)
+    for name in owned.actors:
+        try:
+            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+        except ValueError:
+            pass  # gone already
+    for name, pg_id in owned.placement_groups.items():
+        try:
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+        except Exception as exc:  # removed meanwhile
+            log.debug("placement_group_remove_failed", name=name, error=str(exc))
+    if owned:
+        log.info("owned_resources_removed", supervisor=supervisor, placement_groups=sorted(owned.placement_groups), actors=owned.actors)

@@ -1,0 +1,248 @@
+"""The supervisor's state record: what a daemon owns, kept in the cluster so others can read it.
+
+A running daemon rewrites its record every heartbeat. The record is the one source of every fact
+``supervisor status`` shows about a supervisor (its pools, groups, ranks, restarts, drift, recent
+failures), and what lets a daemon started again after a crash re-adopt its pools and workers instead
+of creating new ones. It is deleted on a clean exit; a record whose heartbeat has gone stale belongs to
+a daemon that is gone, and its pools are orphans (``supervisor gc`` removes them).
+
+Records live in Ray's GCS key-value store (namespace ``ray_supervisor``), so they need no actor of
+their own and survive any process but the cluster's head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..supervision.restart_policy import RestartPolicy
+from ..supervision.states import RankStatus, WorkerState
+
+__all__ = [
+    "DaemonState",
+    "Liveness",
+    "GroupRecord",
+    "StandbyRecord",
+    "PoolRecord",
+    "FailureEvent",
+    "SupervisorRecord",
+    "RecordStore",
+    "liveness",
+]
+
+KV_NAMESPACE = "ray_supervisor"
+_RECORD_PREFIX = "record:"
+_STOP_PREFIX = "stop:"
+_CLAIM_PREFIX = "claim:"
+
+
+class DaemonState(enum.Enum):
+    """What the daemon is doing: CONNECTING → STARTING (creating or adopting) → RUNNING → STOPPING
+    (tearing down), or DETACHED (gone, its pools and workers left for the next start). Records are
+    written from STARTING on."""
+
+    CONNECTING = "connecting"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    DETACHED = "detached"
+
+
+class Liveness(enum.Enum):
+    """How a record's heartbeat looks to a reader.
+
+    ALIVE: fresh. STALE: missed a few beats, not yet past the grace period (a daemon busy, or just
+    killed). ORPHANED: older than the grace period; the daemon is gone and its pools may be collected.
+    """
+
+    ALIVE = "alive"
+    STALE = "stale"
+    ORPHANED = "orphaned"
+
+
+@dataclass
+class StandbyRecord:
+    name: str  # the standby's actor name
+    bundle: list[int]  # [placement-group index (the spare group comes after the pool's), bundle index]
+    node_id: str | None = None  # once it is ready
+
+
+@dataclass
+class GroupRecord:
+    name: str
+    pool: str
+    worker_class: str
+    actor_names: list[str]  # each rank's actor, in rank order (a standby that took a rank over keeps its name)
+    state: str = "creating"  # "creating", "initializing", then a GroupState value
+    initialized: bool = False
+    master_addr: str | None = None
+    master_port: int | None = None
+    ranks: list[RankStatus] = field(default_factory=list)
+    restarts: list[list[Any]] = field(default_factory=list)  # [rank, reason, wall time] within the window
+    restart_window_s: float = RestartPolicy.restart_window_s
+    max_restarts: int = RestartPolicy.max_restarts
+    failure: str | None = None
+    bundles: list[list[int]] = field(default_factory=list)  # each rank's [placement-group index, bundle index]
+    standbys: list[StandbyRecord] = field(default_factory=list)
+    standbys_wanted: int = 0
+
+    def restarts_in_window(self, now: float) -> int:
+        return sum(1 for _, _, t in self.restarts if now - t <= self.restart_window_s)
+
+
+
+@dataclass
+class PoolRecord:
+    name: str
+    prefix: str
+    placement_groups: list[str]  # names, in rank order
+    bundle_nodes: dict[str, list[str]] = field(default_factory=dict)  # name -> node of each bundle at creation
+    process_on_nodes: list[int] = field(default_factory=list)
+    spare_placement_group: str | None = None  # name of the spare bundles' placement group, if any
+
+
+@dataclass
+class FailureEvent:
+    time: float  # wall clock
+    group: str
+    rank: int
+    reason: str
+    detail: str
+
+
+@dataclass
+class SupervisorRecord:
+    name: str
+    namespace: str
+    owner: str  # this daemon incarnation's id; a new start claims the record with a new one
+    pid: int
+    host: str
+    started_at: float
+    heartbeat_at: float
+    heartbeat_interval_s: float
+    orphan_grace_s: float
+    state: str = DaemonState.STARTING.value
+    ray_address: str | None = None
+    ray_version: str | None = None  # the daemon's (doctor compares it with the cluster's)
+    metrics_address: str | None = None
+    pools: dict[str, PoolRecord] = field(default_factory=dict)
+    groups: dict[str, GroupRecord] = field(default_factory=dict)
+    failures: list[FailureEvent] = field(default_factory=list)
+    driver_progress: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. CPU oversubscription, found at start
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=_enum_value).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> SupervisorRecord:
+        """Read a record; fields this version does not know (written by another version) are ignored."""
+        raw = json.loads(data)
+        raw["pools"] = {k: _known(PoolRecord, v) for k, v in raw.get("pools", {}).items()}
+        raw["groups"] = {
+            k: _known(
+                GroupRecord,
+                {
+                    **v,
+                    "ranks": [_rank(r) for r in v.get("ranks", [])],
+                    "standbys": [_known(StandbyRecord, s) for s in v.get("standbys", [])],
+                },
+            )
+            for k, v in raw.get("groups", {}).items()
+        }
+        raw["failures"] = [_known(FailureEvent, f) for f in raw.get("failures", [])]
+        return _known(cls, raw)
+
+    def heartbeat_age(self, now: float) -> float:
+        return max(0.0, now - self.heartbeat_at)
+
+
+def _enum_value(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _rank(raw: dict[str, Any]) -> RankStatus:
+    rank = _known(RankStatus, raw)
+    rank.state = WorkerState(rank.state)
+    return rank
+
+
+def _known(cls: Any, raw: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+def liveness(record: SupervisorRecord, now: float) -> Liveness:
+    """Judge a record by its heartbeat (pure)."""
+    age = record.heartbeat_age(now)
+    if age > record.orphan_grace_s:
+        return Liveness.ORPHANED
+    if age > 3 * record.heartbeat_interval_s:
+        return Liveness.STALE
+    return Liveness.ALIVE
+
+
+class RecordStore:
+    """Supervisor records and stop requests in the cluster's key-value store (needs a Ray connection)."""
+
+    def __init__(self) -> None:
+        from ray.experimental import internal_kv
+
+        if not internal_kv._internal_kv_initialized():
+            from ..errors import ClusterUnavailableError
+
+            raise ClusterUnavailableError("Ray is not initialised: connect before reading supervisor records")
+        self._kv = internal_kv
+
+    def put(self, record: SupervisorRecord) -> None:
+        self._kv._internal_kv_put(_RECORD_PREFIX + record.name, record.to_json(), overwrite=True, namespace=KV_NAMESPACE)
+
+    def get(self, name: str) -> SupervisorRecord | None:
+        data = self._kv._internal_kv_get(_RECORD_PREFIX + name, namespace=KV_NAMESPACE)
+        return SupervisorRecord.from_json(data) if data else None
+
+    def delete(self, name: str) -> None:
+        self._kv._internal_kv_del(_RECORD_PREFIX + name, namespace=KV_NAMESPACE)
+        self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
+        self._kv._internal_kv_del(f"{_CLAIM_PREFIX}{name}:", del_by_prefix=True, namespace=KV_NAMESPACE)
+
+    def claim(self, name: str, previous_owner: str | None, owner: str) -> bool:
+        """Atomically claim the succession of ``previous_owner`` (None: a fresh record) for ``owner``.
+
+        Two daemons that read the same record and both try to take it over: exactly one gets True.
+        """
+        key = f"{_CLAIM_PREFIX}{name}:{previous_owner or '-'}"
+        existed = self._kv._internal_kv_put(key, owner.encode(), overwrite=False, namespace=KV_NAMESPACE)
+        if not existed:
+            return True
+        current = self._kv._internal_kv_get(key, namespace=KV_NAMESPACE)
+        return current is not None and current.decode() == owner
+
+    def names(self) -> list[str]:
+        keys = self._kv._internal_kv_list(_RECORD_PREFIX, namespace=KV_NAMESPACE) or []
+        return sorted(k.decode().removeprefix(_RECORD_PREFIX) for k in keys)
+
+    def all(self) -> list[SupervisorRecord]:
+        return [r for name in self.names() if (r := self.get(name)) is not None]
+
+    def request_stop(self, name: str, owner: str, detach: bool = False) -> None:
+        """Ask the daemon incarnation ``owner`` to stop (it checks every heartbeat): tear down, or with
+        ``detach`` leave its pools and workers running for the next start to re-adopt."""
+        value = f"{'detach' if detach else 'teardown'}:{owner}"
+        self._kv._internal_kv_put(_STOP_PREFIX + name, value.encode(), overwrite=True, namespace=KV_NAMESPACE)
+
+    def stop_requested(self, name: str, owner: str) -> str | None:
+        """``"teardown"`` or ``"detach"`` when ``owner`` was asked to stop, else None."""
+        data = self._kv._internal_kv_get(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
+        if data is None:
+            return None
+        how, _, who = data.decode().partition(":")
+        return how if who == owner else None
+
+    def clear_stop(self, name: str) -> None:
+        self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)

@@ -1,0 +1,637 @@
+"""The supervisor spec: one TOML file describing one supervisor, loaded once into typed objects.
+
+``load_spec(path)`` parses and validates the whole file and raises :class:`SpecError` listing *every*
+problem, one line each, naming the field (``groups.rollout.pool: pool 'refs' is not defined (pools:
+rollout)``). Nothing here touches Ray, so a bad spec never creates anything in a cluster.
+
+Layout (every field and its default is in the README)::
+
+    [supervisor]            name, heartbeat_interval_s, orphan_grace_s
+    [ray]                   address, auth_token_path | local_nodes, num_cpus, num_gpus, resources; python_path
+    [pools.NAME]            process_on_nodes, use_gpu, max_colocate_count, strategy, resource_timeout_s, ...
+    [groups.NAME]           pool, class, args, kwargs, env, init_*, restart_*, probe_*, in_flight, shutdown_*
+    [metrics]               host, port, linger_s, tls_cert, tls_key
+    [driver]                function, args
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import importlib
+import math
+import os
+import re
+import sys
+import tomllib
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, first_line
+from ..placement.budget import WorkerBudget, bundle_misfits
+from ..placement.layout import (
+    actor_name,
+    bundle_resources,
+    check_capacity_factor,
+    check_process_on_nodes,
+    spare_bundle_count,
+    validate_name_prefix,
+)
+from ..placement.pool import PlacementStrategy, ResourcePool
+from ..supervision import InFlightPolicy, SupervisionConfig
+from ..supervision.init_policy import InitPolicy
+from ..supervision.lifecycle import ACTOR_START_TIMEOUT_S
+from ..supervision.restart_policy import RestartPolicy, RestartStrategy
+from .auth import token_file_problem
+from .ownership import namespace_of, pool_prefix_of
+
+__all__ = [
+    "SpecError",
+    "SigtermAction",
+    "SupervisorSpec",
+    "SupervisorSection",
+    "RaySpec",
+    "PoolSpec",
+    "GroupSpec",
+    "MetricsSpec",
+    "DriverSpec",
+    "load_spec",
+    "parse_spec",
+    "import_object",
+]
+
+
+class SpecError(ConfigError):
+    """The spec is invalid. ``problems`` holds one line per problem, each naming its field."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+        self.source = source
+        self.problems = list(problems)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.source, self.problems))
+
+
+# -- the typed spec ----------------------------------------------------------------------------
+# A field's default is its documented default; ``None`` for a float means "no limit" (``inf`` in TOML).
+
+
+class SigtermAction(enum.Enum):
+    """What SIGTERM means to the daemon: tear the job down, or exit and leave it to the next start
+    (for platforms that restart the daemon on their own schedule: Kubernetes rollouts, node drains)."""
+
+    TEARDOWN = "teardown"
+    DETACH = "detach"
+
+
+@dataclass(frozen=True)
+class SupervisorSection:
+    """``[supervisor]``: identity and liveness of the daemon."""
+
+    name: str = ""
+    heartbeat_interval_s: float = 1.0  # how often the daemon refreshes its state record
+    orphan_grace_s: float = 30.0  # heartbeat older than this: the daemon is gone, its pools are orphans
+    on_sigterm: SigtermAction = SigtermAction.TEARDOWN
+
+
+@dataclass(frozen=True)
+class RaySpec:
+    """``[ray]``: the cluster, or the embedded local Ray started when ``address`` is absent."""
+
+    address: str | None = None
+    local_nodes: int = 1
+    num_cpus: int = 4  # per local node
+    num_gpus: int = 0  # per local node (declared; scheduled like real ones)
+    resources: dict[str, float] = field(default_factory=dict)  # extra custom resources per local node
+    python_path: list[str] = field(default_factory=list)  # dirs (relative to the spec) workers import from
+    # The token of an existing cluster with token authentication (relative to the spec). Ray's own
+    # RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH win when set; an embedded Ray always makes its own token.
+    auth_token_path: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """``[pools.NAME]``: one detached resource pool."""
+
+    process_on_nodes: list[int] = field(default_factory=list)
+    use_gpu: bool = True
+    max_colocate_count: int = 1
+    strategy: PlacementStrategy = PlacementStrategy.STRICT_PACK
+    resource_timeout_s: float | None = 600.0
+    progress_interval_s: float = 10.0
+    autoscaling: bool = False
+    capacity_factor: float = 1.0  # >1: spare bundles beyond the ranks' (reserved, idle until a failure)
+
+    @property
+    def spare_bundles(self) -> int:
+        return max(0, spare_bundle_count(sum(self.process_on_nodes), self.capacity_factor))
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """``[groups.NAME]``: one detached worker group in a pool, and how it is supervised."""
+
+    pool: str = ""
+    worker_class: str = ""  # "module:Class" (the TOML key is ``class``)
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    cpus_per_worker: float = 1.0  # reserved in the bundle (Ray's num_cpus)
+    gpus_per_worker: float | None = None  # reserved in the bundle; None: 1/max_colocate_count of the pool
+    data_processes_per_worker: int = 0  # processes each worker starts itself (data loaders), ~1 CPU each
+    actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S
+    init_method: str | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    # The defaults are the library's own (one place each: InitPolicy, RestartPolicy, SupervisionConfig).
+    init_timeout_s: float = InitPolicy.timeout_s
+    init_attempts: int = InitPolicy.attempts
+    restart_strategy: RestartStrategy = RestartPolicy.strategy
+    max_restarts: int = RestartPolicy.max_restarts
+    restart_window_s: float = RestartPolicy.restart_window_s
+    backoff_initial_s: float = RestartPolicy.backoff_initial_s
+    backoff_max_s: float = RestartPolicy.backoff_max_s
+    probe_period_s: float = SupervisionConfig.probe_period_s
+    probe_timeout_s: float = SupervisionConfig.probe_timeout_s
+    call_timeout_s: float | None = SupervisionConfig.call_timeout_s
+    in_flight: InFlightPolicy | None = None  # None: retry idempotent methods, raise otherwise
+    shutdown_method: str | None = None
+    shutdown_timeout_s: float = 10.0
+    standbys: int = SupervisionConfig.standbys  # pre-started actors in the pool's spare bundles, taking over failed ranks
+
+    def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
+        """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
+        gpus = self.gpus_per_worker if self.gpus_per_worker is not None else (1 / pool.max_colocate_count if pool.use_gpu else 0.0)
+        return WorkerBudget(name, self.pool, self.cpus_per_worker, gpus, self.data_processes_per_worker)
+
+    def init_policy(self) -> InitPolicy:
+        return InitPolicy(timeout_s=self.init_timeout_s, attempts=self.init_attempts)
+
+    def restart_policy(self) -> RestartPolicy:
+        return RestartPolicy(
+            strategy=self.restart_strategy,
+            max_restarts=self.max_restarts,
+            restart_window_s=self.restart_window_s,
+            backoff_initial_s=self.backoff_initial_s,
+            backoff_max_s=self.backoff_max_s,
+        )
+
+    def supervision_config(self) -> SupervisionConfig:
+        return SupervisionConfig(
+            restart=self.restart_policy(),
+            init_method=self.init_method,
+            init_kwargs=dict(self.init_kwargs),
+            init_policy=self.init_policy(),
+            probe_period_s=self.probe_period_s,
+            probe_timeout_s=self.probe_timeout_s,
+            call_timeout_s=self.call_timeout_s,
+            in_flight=self.in_flight,
+            standbys=self.standbys,
+            actor_start_timeout_s=self.actor_start_timeout_s,
+        )
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    """``[metrics]``: where the Prometheus exporter listens (port 0: any free port; see the log)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9400
+    linger_s: float = 30.0  # after a failed exit, keep /metrics up this long so the failure is scraped
+    tls_cert: str | None = None  # PEM certificate (relative to the spec): serve HTTPS, for scrapers on other hosts
+    tls_key: str | None = None  # its PEM private key
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """``[driver]``: a ``module:function`` the daemon runs once the groups are ready."""
+
+    function: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    supervisor: SupervisorSection
+    ray: RaySpec
+    pools: dict[str, PoolSpec]
+    groups: dict[str, GroupSpec]
+    metrics: MetricsSpec
+    driver: DriverSpec | None
+    base_dir: Path = Path(".")  # the spec file's directory (python_path is relative to it)
+
+    @property
+    def name(self) -> str:
+        return self.supervisor.name
+
+    @property
+    def namespace(self) -> str:
+        """The Ray namespace of this supervisor's actors (its own, so two supervisors never collide)."""
+        return namespace_of(self.name)
+
+    def pool_prefix(self, pool: str) -> str:
+        """Name prefix of a pool's placement groups (deterministic, so a restarted daemon finds them)."""
+        return pool_prefix_of(self.name, pool)
+
+    def group_prefix(self, group: str) -> str:
+        """Name prefix of a group's actors."""
+        return f"{group}_"
+
+    def python_path(self) -> list[str]:
+        """Absolute directories workers and the driver import user code from (cwd first, as ``python -m``)."""
+        dirs = [os.getcwd(), *(str((self.base_dir / p).resolve()) for p in self.ray.python_path)]
+        return list(dict.fromkeys(dirs))
+
+    def path(self, relative: str | None) -> Path | None:
+        """A path the spec gives, relative to the spec file's directory."""
+        return (self.base_dir / relative).resolve() if relative is not None else None
+
+    def worker_budgets(self) -> list[WorkerBudget]:
+        return [g.worker_budget(name, self.pools[g.pool]) for name, g in self.groups.items() if g.pool in self.pools]
+
+    def resource_pool(self, pool: str) -> ResourcePool:
+        """The (not yet created) detached :class:`ResourcePool` of spec pool ``pool``, named so that a
+        restarted daemon finds its placement groups."""
+        p = self.pools[pool]
+        return ResourcePool(
+            p.process_on_nodes,
+            use_gpu=p.use_gpu,
+            max_colocate_count=p.max_colocate_count,
+            name_prefix=self.pool_prefix(pool),
+            detached=True,
+            strategy=p.strategy,
+            capacity_factor=p.capacity_factor,
+        )
+
+    def actor_names(self, group: str, class_name: str) -> list[str]:
+        """The actor names of a group's ranks, in rank order (what a restarted daemon adopts)."""
+        return [actor_name(self.group_prefix(group), class_name, slot) for slot in self.resource_pool(self.groups[group].pool).rank_slots()]
+
+    def bundles(self) -> dict[str, dict[str, float]]:
+        """Resources of one bundle of each pool."""
+        return {name: bundle_resources(p.max_colocate_count, p.use_gpu) for name, p in self.pools.items()}
+
+    def groups_in_start_order(self) -> list[str]:
+        """Groups in the order they are declared (started in this order, stopped in reverse)."""
+        return list(self.groups)
+
+
+# -- loading and validation --------------------------------------------------------------------
+
+_TOML_KEYS = {"worker_class": "class"}  # dataclass field -> TOML key, where Python reserves the word
+_SUPERVISOR_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
+
+
+def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_budget: bool = True) -> SupervisorSpec:
+    """Read and validate a spec file.
+
+    Args:
+        path: the TOML file.
+        check_imports: also import every worker class and the driver function (with the spec's
+            python_path on ``sys.path``), so a typo fails here rather than in the cluster.
+        check_budget: also require the groups colocated in a pool to fit one bundle (``supervisor
+            doctor`` turns that off to report misfits as findings).
+
+    Raises:
+        SpecError: one line per problem; nothing has been created anywhere.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SpecError(source, [f"cannot read the spec: {exc.strerror or exc}"]) from None
+    return parse_spec(text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports, check_budget=check_budget)
+
+
+def parse_spec(
+    text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True, check_budget: bool = True
+) -> SupervisorSpec:
+    """Parse and validate spec text (see :func:`load_spec`)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, [f"not valid TOML: {exc}"]) from None
+    problems: list[str] = []
+    _unknown_keys(raw, _SECTIONS, "", problems)
+    # From here on only tables are looked into: a section of the wrong type was reported above.
+    tables = {key: _table(raw, key, problems) for key in ("supervisor", "ray", "metrics")}
+    named = {key: _named_tables(raw, key, problems) for key in ("pools", "groups")}
+    supervisor = _build(SupervisorSection, tables["supervisor"], "supervisor", problems)
+    ray = _build(RaySpec, tables["ray"], "ray", problems)
+    pools = {n: _build(PoolSpec, t, f"pools.{_key(n)}", problems) for n, t in named["pools"].items()}
+    groups = {n: _build(GroupSpec, t, f"groups.{_key(n)}", problems) for n, t in named["groups"].items()}
+    metrics = _build(MetricsSpec, tables["metrics"], "metrics", problems)
+    driver_raw = _table(raw, "driver", problems) if "driver" in raw else None
+    driver = _build(DriverSpec, driver_raw, "driver", problems) if driver_raw is not None else None
+    spec = SupervisorSpec(supervisor, ray, pools, groups, metrics, driver, base_dir or Path("."))
+    # A field whose type is wrong kept its default; rules about its value would only add noise.
+    mistyped = {p.partition(": ")[0] for p in problems}
+    raw_tables = {**tables, **named, "driver": driver_raw}
+    problems += [
+        p for p in _check_semantics(spec, raw_tables, bool(named["pools"]) or "pools" not in raw) if not _under(p.partition(": ")[0], mistyped)
+    ]
+    if check_budget and not problems:  # the budget is only meaningful over valid numbers
+        problems += [f"pools.{pool}: {arithmetic}" for pool, arithmetic in bundle_misfits(spec.bundles(), spec.worker_budgets())]
+    if check_imports and not problems:
+        problems += _check_imports(spec)
+    if problems:
+        raise SpecError(source, problems)
+    return spec
+
+
+def _under(path: str, roots: set[str]) -> bool:
+    return any(path == root or path.startswith(root + ".") for root in roots)
+
+
+def _key(key: str) -> str:
+    """A TOML key as it appears in a problem line (quoted when it is not a plain name, so it stays one line)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_.-]+", key) else repr(key)
+
+
+def _table(raw: dict[str, Any], key: str, problems: list[str]) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        problems.append(f"{key}: expected a table, got {_describe(value)}")
+        return {}
+    return value
+
+
+def _named_tables(raw: dict[str, Any], key: str, problems: list[str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, value in _table(raw, key, problems).items():
+        if not isinstance(value, dict):
+            problems.append(f"{key}.{_key(name)}: expected a table, got {_describe(value)}")
+            continue
+        try:
+            validate_name_prefix(name)
+        except ConfigError:
+            problems.append(f"{key}.{_key(name)}: names may use only letters, digits, '_', '.', '-'")
+            continue
+        out[name] = value
+    return out
+
+
+def _unknown_keys(table: dict[str, Any], known: set[str], path: str, problems: list[str]) -> None:
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(known))})"
+            problems.append(f"{path}{_key(key)}: unknown key{hint}")
+
+
+def _build(cls: Any, table: dict[str, Any], path: str, problems: list[str]) -> Any:
+    """Build dataclass ``cls`` from a TOML table, type-checking each value against its annotation."""
+    hints = typing.get_type_hints(cls)
+    fields = {_TOML_KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}
+    _unknown_keys(table, set(fields), f"{path}.", problems)
+    values: dict[str, Any] = {}
+    for key, f in fields.items():
+        if key not in table:
+            continue
+        ok, value = _convert(table[key], hints[f.name])
+        if ok:
+            values[f.name] = value
+        else:
+            problems.append(f"{path}.{key}: expected {_type_name(hints[f.name])}, got {_describe(table[key])}")
+    return cls(**values)
+
+
+def _convert(value: Any, hint: Any) -> tuple[bool, Any]:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)][0]
+        if inner is float and isinstance(value, float) and math.isinf(value) and value > 0:
+            return True, None  # `inf` in TOML: no limit
+        return _convert(value, inner)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        if isinstance(value, str):
+            for member in hint:
+                if value.lower() in (member.value.lower(), member.name.lower()):
+                    return True, member
+        return False, None
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
+        return ok, float(value) if ok else None
+    if hint is str:
+        return isinstance(value, str), value
+    if origin is list:
+        if not isinstance(value, list):
+            return False, None
+        converted = [_convert(v, args[0]) for v in value]
+        return all(ok for ok, _ in converted), [v for _, v in converted]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False, None
+        converted = {k: _convert(v, args[1]) for k, v in value.items()}
+        return all(ok for ok, _ in converted.values()), {k: v for k, (_, v) in converted.items()}
+    if hint is Any:
+        return True, value
+    raise TypeError(f"spec field type {hint!r} is not supported")  # a bug in this module, not user input
+
+
+def _type_name(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)][0]
+        return f"{_type_name(inner)} (or inf)" if inner is float else _type_name(inner)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in hint)
+    if origin is list:
+        return "a list" if args[0] is Any else f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a table" if args[1] is Any else f"a table of {_type_name(args[1]).removeprefix('a ').removeprefix('an ')}s"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "table"}.get(type(value), type(value).__name__)
+    shown = repr(value)
+    return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
+def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) -> list[str]:
+    """Cross-field rules, each delegated to the library's own validator where one exists."""
+    problems: list[str] = []
+
+    def check(path: str, rule: Callable[[], Any]) -> None:
+        try:
+            rule()
+        except (ConfigError, ValueError) as exc:
+            problems.append(f"{path}: {exc}")
+
+    def positive(path: str, value: float | None, allow_zero: bool = False) -> None:
+        if value is not None and (value < 0 or (value == 0 and not allow_zero)):
+            problems.append(f"{path}: must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
+
+    sup = spec.supervisor
+    if "name" not in raw["supervisor"]:
+        problems.append("supervisor.name: required (it names the pools, actors and state record)")
+    elif not _SUPERVISOR_NAME.fullmatch(sup.name):
+        # No dot: "<name>." prefixes the supervisor's placement groups, and must not match another's.
+        problems.append(f"supervisor.name: {sup.name!r} must be 1 to 64 letters, digits, '_' or '-'")
+    positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
+    positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
+    if 0 < sup.heartbeat_interval_s and 0 < sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
+        problems.append(
+            f"supervisor.orphan_grace_s: must exceed twice heartbeat_interval_s ({sup.heartbeat_interval_s:g}s), got {sup.orphan_grace_s:g}"
+        )
+    ray_raw = raw["ray"]
+    if spec.ray.address is not None:
+        local_keys = sorted(k for k in ("local_nodes", "num_cpus", "num_gpus", "resources") if k in ray_raw)
+        if local_keys:
+            problems.append(f"ray.{local_keys[0]}: only for an embedded local Ray; remove it or remove ray.address")
+    if spec.ray.local_nodes < 1:
+        problems.append(f"ray.local_nodes: must be >= 1, got {spec.ray.local_nodes}")
+    positive("ray.num_cpus", spec.ray.num_cpus)
+    positive("ray.num_gpus", spec.ray.num_gpus, allow_zero=True)
+    if not spec.pools and pools_ok:
+        problems.append("pools: at least one pool is required ([pools.NAME])")
+    for name, pool in spec.pools.items():
+        path = f"pools.{name}"
+        if "process_on_nodes" not in raw["pools"][name]:
+            problems.append(f"{path}.process_on_nodes: required (ranks per node, e.g. [4, 4])")
+        else:
+            check(f"{path}.process_on_nodes", lambda p=pool: check_process_on_nodes(p.process_on_nodes))
+        check(f"{path}.max_colocate_count", lambda p=pool: bundle_resources(p.max_colocate_count, p.use_gpu))
+        check(f"{path}.capacity_factor", lambda p=pool: check_capacity_factor(p.capacity_factor))
+        positive(f"{path}.resource_timeout_s", pool.resource_timeout_s)
+        positive(f"{path}.progress_interval_s", pool.progress_interval_s)
+    if not spec.groups:
+        problems.append("groups: at least one group is required ([groups.NAME])")
+    for name, group in spec.groups.items():
+        path = f"groups.{name}"
+        group_raw = raw["groups"][name]
+        if "pool" not in group_raw:
+            problems.append(f"{path}.pool: required (one of: {', '.join(spec.pools) or 'no pools defined'})")
+        elif isinstance(group.pool, str) and group.pool not in spec.pools:
+            problems.append(f"{path}.pool: pool {group.pool!r} is not defined (pools: {', '.join(spec.pools) or 'none'})")
+        if "class" not in group_raw:
+            problems.append(f"{path}.class: required ('module:Class' of the worker)")
+        elif isinstance(group.worker_class, str) and not _is_import_path(group.worker_class):
+            problems.append(f"{path}.class: expected 'module:Class', got {group.worker_class!r}")
+        for key in ("actor_start_timeout_s", "init_timeout_s", "restart_window_s", "probe_period_s", "probe_timeout_s", "call_timeout_s", "shutdown_timeout_s"):
+            positive(f"{path}.{key}", getattr(group, key))
+        positive(f"{path}.backoff_initial_s", group.backoff_initial_s, allow_zero=True)
+        positive(f"{path}.backoff_max_s", group.backoff_max_s, allow_zero=True)
+        positive(f"{path}.cpus_per_worker", group.cpus_per_worker, allow_zero=True)
+        positive(f"{path}.gpus_per_worker", group.gpus_per_worker, allow_zero=True)
+        if group.data_processes_per_worker < 0:
+            problems.append(f"{path}.data_processes_per_worker: must be >= 0, got {group.data_processes_per_worker}")
+        if group.gpus_per_worker and group.pool in spec.pools and not spec.pools[group.pool].use_gpu:
+            problems.append(f"{path}.gpus_per_worker: pool {group.pool!r} has use_gpu = false")
+        if group.init_attempts < 1:
+            problems.append(f"{path}.init_attempts: must be >= 1, got {group.init_attempts}")
+        if group.max_restarts < 0:
+            problems.append(f"{path}.max_restarts: must be >= 0, got {group.max_restarts}")
+        if group.standbys < 0:
+            problems.append(f"{path}.standbys: must be >= 0, got {group.standbys}")
+        elif group.standbys and group.pool in spec.pools and group.standbys > spec.pools[group.pool].spare_bundles:
+            pool = spec.pools[group.pool]
+            problems.append(
+                f"{path}.standbys: {group.standbys} standby(s) need as many spare bundles, pool {group.pool!r} reserves "
+                f"{pool.spare_bundles} (capacity_factor {pool.capacity_factor:g}); raise pools.{group.pool}.capacity_factor"
+            )
+        if group.init_kwargs and not group.init_method:
+            problems.append(f"{path}.init_kwargs: given without init_method")
+        check(f"{path}.env", lambda g=group: _check_env(g.env))
+    if spec.ray.auth_token_path is not None:
+        problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]
+        if problem:
+            problems.append(f"ray.auth_token_path: {problem}")
+    positive("metrics.linger_s", spec.metrics.linger_s, allow_zero=True)
+    tls = {key: getattr(spec.metrics, key) for key in ("tls_cert", "tls_key")}
+    if (tls["tls_cert"] is None) != (tls["tls_key"] is None):
+        given, missing = ("tls_cert", "tls_key") if tls["tls_key"] is None else ("tls_key", "tls_cert")
+        problems.append(f"metrics.{missing}: required with metrics.{given} (HTTPS needs both)")
+    for key, value in tls.items():
+        if value is not None and not spec.path(value).is_file():  # type: ignore[union-attr]
+            problems.append(f"metrics.{key}: no such file: {spec.path(value)}")
+    if not 0 <= spec.metrics.port <= 65535:
+        problems.append(f"metrics.port: must be 0..65535, got {spec.metrics.port}")
+    if spec.driver is not None and raw["driver"]:
+        if "function" not in raw["driver"]:
+            problems.append("driver.function: required ('module:function' run once the groups are ready)")
+        elif not _is_import_path(spec.driver.function):
+            problems.append(f"driver.function: expected 'module:function', got {spec.driver.function!r}")
+    return problems
+
+
+def _check_env(env: dict[str, str]) -> None:
+    from ..core.env import check_user_env
+
+    check_user_env(env)
+
+
+def _is_import_path(text: str) -> bool:
+    module, sep, attr = text.partition(":")
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and all(p.isidentifier() for p in attr.split("."))
+
+
+def import_object(path: str, extra_sys_path: list[str] | None = None) -> Any:
+    """Import ``module:attr`` (``attr`` may be dotted), with ``extra_sys_path`` searched first.
+
+    Raises:
+        ImportError: with a one-line reason.
+    """
+    for directory in reversed(extra_sys_path or []):
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # a module that raises on import is as unusable as a missing one
+        raise ImportError(f"cannot import module {module_name!r}: {first_line(exc)}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _check_imports(spec: SupervisorSpec) -> list[str]:
+    from ..core.actor_class import unwrap_actor_class
+    from ..core.worker import Worker
+
+    problems: list[str] = []
+    try:
+        paths = spec.python_path()
+    except (OSError, ValueError) as exc:
+        return [f"ray.python_path: {first_line(exc)}"]
+    for name, group in spec.groups.items():
+        try:
+            cls = unwrap_actor_class(import_object(group.worker_class, paths))
+        except ImportError as exc:
+            problems.append(f"groups.{name}.class: {exc}")
+            continue
+        if not isinstance(cls, type):
+            problems.append(f"groups.{name}.class: {group.worker_class!r} is not a class")
+            continue
+        if group.standbys and not issubclass(cls, Worker):
+            problems.append(f"groups.{name}.standbys: {cls.__name__} is not a supervisor.Worker subclass, so it cannot take over a rank")
+        for key in ("init_method", "shutdown_method"):
+            method = getattr(group, key)
+            if method and not callable(getattr(cls, method, None)):
+                problems.append(f"groups.{name}.{key}: {cls.__name__} has no method {method!r}")
+    if spec.driver is not None:
+        try:
+            fn = import_object(spec.driver.function, paths)
+        except ImportError as exc:
+            problems.append(f"driver.function: {exc}")
+        else:
+            if not callable(fn):
+                problems.append(f"driver.function: {spec.driver.function!r} is not callable")
+    return problems

@@ -1,0 +1,1 @@
+"""Observability: metrics (every one defined once), lifecycle hooks, structured logging, the HTTPS exporter."""

@@ -1,0 +1,166 @@
+"""Lifecycle hooks: where metrics and logs attach to what the library does.
+
+The library calls these at each lifecycle step instead of sprinkling metric and log calls through its
+logic. :class:`LifecycleHooks` does nothing; :class:`ObservingHooks` (the default) records the
+Prometheus metrics of :mod:`supervisor.observability.metrics` and writes structured log events. Subclass either to
+add alerts or tracing.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from . import metrics
+from .log import get_logger
+
+if TYPE_CHECKING:
+    from ..placement.resources import ResourceDiagnosis
+    from ..supervision.init_policy import RankAttempt
+
+__all__ = ["LifecycleHooks", "ObservingHooks", "ConsoleProgressHooks", "default_hooks"]
+
+log = get_logger("lifecycle")
+
+
+class LifecycleHooks:
+    """No-op hooks; every method may be overridden."""
+
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+        """A pool is still waiting for its placement groups (called at a steady cadence)."""
+
+    def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
+        """A pool's wait ended: ``outcome`` is ``ready``, ``timeout``, ``infeasible`` or ``error``."""
+
+    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+        """One rank finished one call of the group's init method (any outcome)."""
+
+    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+        """A supervised rank was detected failed; ``detection_s`` is death-to-detection when known."""
+
+    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+        """A rank's actor was killed and a fresh one created into the same bundle."""
+
+    def on_worker_recovered(self, group: str, rank: int, recovery_s: float | None) -> None:
+        """A replaced rank serves calls again; ``recovery_s`` is death (or detection) to serving."""
+
+    def on_placement_drift(self, group: str, rank: int, original_node: str, current_node: str) -> None:
+        """A replacement landed on another node than its bundle had at pool creation."""
+
+    def on_drift_state(self, group: str, drifted_workers: int) -> None:
+        """How many ranks of the group currently run away from their original node."""
+
+    def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
+        """Workers of the group per state, after every change."""
+
+    def on_group_failed(self, group: str, message: str) -> None:
+        """The group is FAILED (restart budget exhausted or replacement failed); no more restarts."""
+
+    def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
+        """Rank 0 was replaced, so every rank got a new MASTER_ADDR/MASTER_PORT."""
+
+    def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
+        """A pool's bundles: placed on a node, or pending (waiting, or being re-placed after a node loss)."""
+
+    def on_standby_state(self, group: str, ready: int, starting: int) -> None:
+        """A group's standbys: constructed and ready to take over, or still starting."""
+
+    def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
+        """A standby died, or its constructor raised (it is dropped and another one started)."""
+
+
+class ObservingHooks(LifecycleHooks):
+    """Record metrics and structured logs for every lifecycle event."""
+
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+        log.info("waiting_for_resources", pool=pool, waited_s=round(waited_s, 1), **diagnosis.as_fields())
+
+    def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
+        metrics.RESOURCE_WAIT.labels(pool=pool).observe(waited_s)
+        log.info("resource_wait_done", pool=pool, waited_s=round(waited_s, 3), outcome=outcome)
+
+    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+        metrics.INIT_ATTEMPTS.labels(group=group, outcome=attempt.outcome.value).inc()
+        event = "init_attempt_ok" if attempt.outcome.ok else "init_attempt_failed"
+        log.info(
+            event,
+            group=group,
+            rank=attempt.rank,
+            attempt=attempt.attempt,
+            outcome=attempt.outcome.value,
+            error=attempt.error,
+            node_id=attempt.node_id,
+            bundle=attempt.bundle,
+            duration_s=round(attempt.duration_s, 3),
+        )
+
+    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+        if detection_s is not None:
+            metrics.FAILURE_DETECTION.labels(group=group).observe(detection_s)
+        log.warning("worker_failed", group=group, rank=rank, reason=reason, detail=detail, detection_s=detection_s)
+
+    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+        metrics.WORKER_RESTARTS.labels(group=group, reason=reason).inc()
+        log.info("worker_replaced", group=group, rank=rank, reason=reason)
+
+    def on_worker_recovered(self, group: str, rank: int, recovery_s: float | None) -> None:
+        if recovery_s is not None:
+            metrics.RECOVERY.labels(group=group).observe(recovery_s)
+        log.info("worker_recovered", group=group, rank=rank, recovery_s=recovery_s)
+
+    def on_placement_drift(self, group: str, rank: int, original_node: str, current_node: str) -> None:
+        metrics.PLACEMENT_DRIFT_EVENTS.labels(group=group).inc()
+        log.warning("placement_drift", group=group, rank=rank, original_node=original_node, current_node=current_node)
+
+    def on_drift_state(self, group: str, drifted_workers: int) -> None:
+        metrics.PLACEMENT_DRIFT_WORKERS.labels(group=group).set(drifted_workers)
+
+    def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
+        for state, count in counts.items():
+            metrics.WORKERS.labels(group=group, state=state).set(count)
+
+    def on_group_failed(self, group: str, message: str) -> None:
+        log.error("group_failed", group=group, message=message)
+
+    def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
+        log.info("rendezvous_changed", group=group, master_addr=master_addr, master_port=master_port)
+
+    def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
+        metrics.POOL_BUNDLES.labels(pool=pool, state="placed").set(placed)
+        metrics.POOL_BUNDLES.labels(pool=pool, state="pending").set(pending)
+
+    def on_standby_state(self, group: str, ready: int, starting: int) -> None:
+        metrics.STANDBY_WORKERS.labels(group=group, state="ready").set(ready)
+        metrics.STANDBY_WORKERS.labels(group=group, state="starting").set(starting)
+
+    def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
+        log.warning("standby_failed", group=group, actor=actor, detail=detail)
+
+
+def default_hooks() -> LifecycleHooks:
+    return ObservingHooks()
+
+
+class ConsoleProgressHooks(ObservingHooks):
+    """The default hooks plus one progress line per report on a console stream (for CLIs and examples).
+
+    Args:
+        stream: where the lines go (default ``sys.stderr``).
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+        super().on_resource_wait_progress(pool, waited_s, diagnosis)
+        print(f"[{waited_s:5.0f}s] waiting for resources: {diagnosis.summary()}", file=self.stream, flush=True)
+
+    def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
+        super().on_resource_wait_done(pool, waited_s, outcome)
+        if waited_s >= 1.0:
+            print(f"[{waited_s:5.0f}s] pool {pool}: {outcome}", file=self.stream, flush=True)
+
+    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+        super().on_init_attempt(group, attempt)
+        if not attempt.outcome.ok:
+            print(f"init of group {group}: {attempt.describe()}", file=self.stream, flush=True)

@@ -1,0 +1,157 @@
+"""Every Prometheus metric of ray-supervisor, defined once (the table in the design notes).
+
+Metrics live in their own registry, :data:`REGISTRY`, so an embedding process exposes exactly these
+(and tests read them) without the default process collectors. Names carry the ``supervisor_`` prefix
+and base units; labels are bounded (never node or actor ids: those go to logs).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+from ..daemon.loopback import is_loopback_host
+
+__all__ = [
+    "REGISTRY",
+    "LATENCY_BUCKETS",
+    "RESOURCE_WAIT_BUCKETS",
+    "DISPATCH_DURATION",
+    "DISPATCH_FAILURES",
+    "RESOURCE_WAIT",
+    "POOL_BUNDLES",
+    "INIT_ATTEMPTS",
+    "WORKERS",
+    "WORKER_RESTARTS",
+    "FAILURE_DETECTION",
+    "RECOVERY",
+    "PLACEMENT_DRIFT_WORKERS",
+    "PLACEMENT_DRIFT_EVENTS",
+    "STANDBY_WORKERS",
+    "KV_WAIT",
+    "KV_WAIT_WAKEUPS",
+    "BUILD_INFO",
+    "DispatchFailure",
+    "observe_dispatch",
+    "exposure_warning",
+    "serve",
+]
+
+# `_created` series double the series count and no dashboard uses them.
+disable_created_metrics()
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# 100 µs to 60 s, 1-2.5-5 per decade.
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0,
+)
+# Waiting for GPUs can take up to half an hour behind a queue or an autoscaler.
+RESOURCE_WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 1800.0)
+
+DISPATCH_DURATION = Histogram(
+    "supervisor_dispatch_duration_seconds", "Duration of a bound group method call, dispatch to collect.",
+    ["group", "method"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)
+DISPATCH_FAILURES = Counter(
+    "supervisor_dispatch_failures_total", "Group method calls that raised, by reason.",
+    ["group", "method", "reason"], registry=REGISTRY,
+)
+RESOURCE_WAIT = Histogram(
+    "supervisor_resource_wait_seconds", "Time a pool waited for its placement groups to be ready.",
+    ["pool"], buckets=RESOURCE_WAIT_BUCKETS, registry=REGISTRY,
+)
+POOL_BUNDLES = Gauge("supervisor_pool_bundles", "Bundles of a pool by state.", ["pool", "state"], registry=REGISTRY)
+INIT_ATTEMPTS = Counter(
+    "supervisor_init_attempts_total", "Per-rank calls of a group's init method, by outcome.",
+    ["group", "outcome"], registry=REGISTRY,
+)
+WORKERS = Gauge("supervisor_workers", "Workers of a group by state.", ["group", "state"], registry=REGISTRY)
+WORKER_RESTARTS = Counter(
+    "supervisor_worker_restarts_total", "Workers replaced, by reason.", ["group", "reason"], registry=REGISTRY,
+)
+FAILURE_DETECTION = Histogram(
+    "supervisor_failure_detection_seconds", "Time from a worker's death to its detection.",
+    ["group"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)
+RECOVERY = Histogram(
+    "supervisor_recovery_seconds", "Time from a worker's death to its replacement serving calls.",
+    ["group"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)
+PLACEMENT_DRIFT_WORKERS = Gauge(
+    "supervisor_placement_drift_workers", "Workers running on another node than their bundle had at creation.",
+    ["group"], registry=REGISTRY,
+)
+PLACEMENT_DRIFT_EVENTS = Counter(
+    "supervisor_placement_drift_events_total", "Replacements that landed on another node.", ["group"], registry=REGISTRY,
+)
+STANDBY_WORKERS = Gauge(
+    "supervisor_standby_workers", "Pre-started standby actors of a group: ready, or starting.",
+    ["group", "state"], registry=REGISTRY,
+)
+KV_WAIT = Histogram(
+    "supervisor_kv_wait_seconds", "Time a KV read waited for its key.", buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)
+KV_WAIT_WAKEUPS = Counter(
+    "supervisor_kv_wait_wakeups_total",
+    "Times a blocked KV read woke to look for its keys again (a put, or its wait renewed).",
+    registry=REGISTRY,
+)
+BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)
+
+
+class DispatchFailure(enum.Enum):
+    """The ``reason`` label of ``supervisor_dispatch_failures_total``."""
+
+    RAISED = "raised"  # the method raised, or the call's arguments did not fit its mode
+    WORKER_FAILED = "worker_failed"  # a rank died or hung during the call
+    GROUP_FAILED = "group_failed"  # the group is FAILED (restart budget exhausted)
+
+
+_DISPATCH_DURATION_CHILDREN: dict[tuple[str, str], Any] = {}
+
+
+def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchFailure | None) -> None:
+    """Record one bound group method call."""
+    # A labelled child looked up once per (group, method): labels() takes a lock on every call, and
+    # this runs on the hot path of every training step.
+    child = _DISPATCH_DURATION_CHILDREN.get((group, method))
+    if child is None:
+        child = _DISPATCH_DURATION_CHILDREN[(group, method)] = DISPATCH_DURATION.labels(group=group, method=method)
+    child.observe(seconds)
+    if failure is not None:
+        DISPATCH_FAILURES.labels(group=group, method=method, reason=failure.value).inc()
+
+
+def exposure_warning(host: str, tls: bool) -> str | None:
+    """What is wrong with serving plain HTTP on ``host`` (None when it is loopback, or TLS is on)."""
+    if tls or is_loopback_host(host):
+        return None
+    return f"metrics on {host} without TLS: anyone who can reach it reads the job's metrics; set metrics.tls_cert and tls_key, or host = 127.0.0.1"
+
+
+def serve(port: int = 9400, host: str = "127.0.0.1", certfile: str | None = None, keyfile: str | None = None) -> Any:
+    """Serve these metrics on ``http://host:port/metrics`` from a background thread (one call, for a
+    trainer that drives groups without the daemon). ``port=0`` picks a free port. With ``certfile``
+    and ``keyfile`` (PEM) it serves HTTPS only, for scrapers on other hosts.
+
+    Returns:
+        The HTTP server: ``server.server_port`` is the port, ``server.shutdown()`` stops it.
+    """
+    import ray
+    from prometheus_client import start_http_server
+
+    from ..version import __version__
+
+    BUILD_INFO.labels(version=__version__, ray_version=ray.__version__).set(1)
+    if certfile and keyfile:
+        from prometheus_client import make_wsgi_app
+
+        from .exporter import serve_https
+
+        return serve_https(make_wsgi_app(REGISTRY), host, port, certfile, keyfile)
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    return server

@@ -1,0 +1,238 @@
+"""Blocking group calls that survive rank failures.
+
+When a supervised group runs a call and a rank dies (or does not answer within the call timeout), the
+call has a defined outcome (:class:`InFlightPolicy`):
+
+* RETRY: tell the supervisor, wait for the rank's replacement, run that rank's shard again on it, and
+  return every rank's result in rank order;
+* RAISE: let the other ranks finish, then raise :class:`WorkerFailedError` naming the failed ranks,
+  their nodes and the cause, with the survivors' results attached.
+
+User exceptions raised inside the method are not failures of the rank: they propagate as usual.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SupervisorError, first_line
+from ..observability.log import get_logger
+from .failures import ErrorKind, UnavailableClock, classify_error
+from .restart_policy import FailureReason
+
+if TYPE_CHECKING:
+    from ..core.decorator import MethodSpec
+    from ..core.group import WorkerGroup
+    from . import GroupSupervisor
+
+__all__ = ["InFlightPolicy", "WorkerFailedError", "resolve_in_flight_policy", "run_supervised"]
+
+log = get_logger("supervised_call")
+
+
+class InFlightPolicy(enum.Enum):
+    """What a blocking group call does when one of its ranks dies while it runs.
+
+    RETRY: wait for the replacement and run that rank's shard again on it (idempotent methods only).
+    RAISE: raise :class:`WorkerFailedError` with the survivors' results.
+    """
+
+    RETRY = "retry"
+    RAISE = "raise"
+
+
+class WorkerFailedError(SupervisorError):
+    """Ranks died during a call whose policy is RAISE.
+
+    Attributes:
+        method: the group method.
+        failed: ``{rank: "reason on node ...: cause"}``.
+        partial_results: ``{rank: result}`` of the ranks that finished.
+    """
+
+    def __init__(self, method: str, failed: dict[int, str], partial_results: dict[int, Any]) -> None:
+        detail = "; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items()))
+        super().__init__(f"{method}: rank(s) {sorted(failed)} failed during the call: {detail}")
+        self.method = method
+        self.failed = failed
+        self.partial_results = partial_results
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.method, self.failed, self.partial_results))
+
+
+def resolve_in_flight_policy(spec: MethodSpec, group_default: InFlightPolicy | None) -> InFlightPolicy:
+    """The method's own choice wins, then the group's, then RETRY for idempotent methods, else RAISE."""
+    if spec.on_rank_failure is not None:
+        return InFlightPolicy(spec.on_rank_failure)
+    if group_default is not None:
+        return group_default
+    return InFlightPolicy.RETRY if spec.idempotent else InFlightPolicy.RAISE
+
+
+def run_supervised(
+    group: WorkerGroup,
+    supervisor: GroupSupervisor,
+    method_name: str,
+    per_rank: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
+    policy: InFlightPolicy,
+    call_timeout_s: float | None,
+    poll_s: float = 0.25,
+    unavailable_timeout_s: float | None = None,
+) -> list[Any]:
+    """Run ``method_name`` on the ranks of ``per_rank`` and return their results in rank order.
+
+    Each rank's shard is timed on its own, from its submission (to the rank, or to its replacement):
+    time spent waiting for a replacement never counts, and a rank whose result is in is never declared
+    hung. While one rank waits for its replacement, the others' results are collected and their
+    timeouts keep running. A rank that Ray reports unavailable (unreachable, not known dead) is asked
+    again for up to ``unavailable_timeout_s`` (default: the supervisor's ``probe_timeout_s``), after
+    which it is hung.
+
+    Raises:
+        WorkerFailedError: a rank failed and ``policy`` is RAISE.
+        GroupFailedError: a rank failed, ``policy`` is RETRY, and the group failed instead of replacing it.
+        Exception: whatever the method itself raised (RayTaskError), unchanged.
+    """
+    return _SupervisedCall(
+        group, supervisor, method_name, per_rank, call_timeout_s, poll_s,
+        supervisor.config.probe_timeout_s if unavailable_timeout_s is None else unavailable_timeout_s,
+        retry=policy is InFlightPolicy.RETRY,
+    ).run()  # fmt: skip
+
+
+class _SupervisedCall:
+    """One blocking call: shards in flight, ranks waiting for their replacement, results."""
+
+    def __init__(
+        self, group: WorkerGroup, supervisor: GroupSupervisor, method_name: str, per_rank: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
+        call_timeout_s: float | None, poll_s: float, unavailable_timeout_s: float, retry: bool,
+    ) -> None:  # fmt: skip
+        self.group, self.supervisor, self.method_name, self.per_rank = group, supervisor, method_name, per_rank
+        self.call_timeout_s, self.poll_s, self.unavailable_timeout_s, self.retry = call_timeout_s, poll_s, unavailable_timeout_s, retry
+        self.in_flight: dict[Any, tuple[int, int, float]] = {}  # ref -> (rank, generation, submitted at)
+        self.awaiting: dict[int, _Awaiting] = {}  # ranks whose shard waits to be submitted again
+        self.unavailable = UnavailableClock(unavailable_timeout_s, time.monotonic)  # keyed by (rank, generation)
+        self.results: dict[int, Any] = {}
+        self.failed: dict[int, str] = {}
+
+    def run(self) -> list[Any]:
+        import ray
+
+        for rank in self.per_rank:
+            self._submit(rank, *self.supervisor.acquire(rank))  # waits out a recovery; raises if the group failed
+        while self.in_flight or self.awaiting:
+            self._resubmit_replaced()
+            if not self.in_flight:
+                self._wait_for_a_replacement()
+                continue
+            ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=self._wait_s())
+            for ref in ready:
+                self._collect(ref)
+            self._judge_timeouts()
+        if self.failed:
+            raise WorkerFailedError(self.method_name, self.failed, self.results)
+        return [self.results[r] for r in sorted(self.per_rank)]
+
+    def _submit(self, rank: int, generation: int, actor: Any) -> None:
+        args, kwargs = self.per_rank[rank]
+        self.in_flight[self.group._remote(actor, self.method_name, args, kwargs)] = (rank, generation, time.monotonic())
+
+    def _wait_s(self) -> float:
+        if self.call_timeout_s is None:
+            return self.poll_s
+        oldest = min(submitted for _, _, submitted in self.in_flight.values())
+        return max(0.0, min(self.poll_s, oldest + self.call_timeout_s - time.monotonic()))
+
+    def _collect(self, ref: Any) -> None:
+        import ray
+
+        rank, generation, _ = self.in_flight.pop(ref)
+        try:
+            self.results[rank] = ray.get(ref)
+            self.unavailable.answered((rank, generation))
+        except Exception as exc:
+            kind = classify_error(exc)
+            if kind is ErrorKind.UNAVAILABLE:
+                self._unavailable(rank, generation, first_line(exc))
+            elif kind in (ErrorKind.DIED, ErrorKind.INIT_FAILED):
+                self._rank_failed(rank, generation, FailureReason.DIED, first_line(exc))
+            else:
+                raise  # the method's own exception (or not the rank's fault): unchanged
+
+    def _unavailable(self, rank: int, generation: int, cause: str) -> None:
+        # Unreachable for now, maybe not dead (a partition, a busy raylet): ask again, for a while.
+        if not self.retry:  # the shard may have run: it is not re-run
+            self.failed[rank] = f"unavailable on node {self.supervisor.ranks()[rank].node_id or '?'}: {cause}"
+            return
+        now = time.monotonic()
+        lasted = self.unavailable.unavailable((rank, generation))
+        if lasted is not None:
+            self._rank_failed(rank, generation, FailureReason.HUNG, f"unavailable for {lasted:.0f}s: {cause}")
+            return
+        # The same incarnation again (or its replacement, if the supervisor judged it meanwhile), after a pause.
+        self.awaiting[rank] = _Awaiting(generation - 1, None, now, not_before=now + self.poll_s)
+
+    def _judge_timeouts(self) -> None:
+        import ray
+
+        if self.call_timeout_s is None or not self.in_flight:
+            return
+        now = time.monotonic()
+        late = [ref for ref, (_, _, submitted) in self.in_flight.items() if now - submitted > self.call_timeout_s]
+        if not late:
+            return
+        done, _ = ray.wait(late, num_returns=len(late), timeout=0)  # a result that is in is never a hang
+        for ref in done:
+            self._collect(ref)
+        for ref in set(late) - set(done):
+            rank, generation, _ = self.in_flight.pop(ref)  # abandoned: the supervisor kills the hung actor
+            self._rank_failed(rank, generation, FailureReason.HUNG, f"{self.method_name} did not answer within {self.call_timeout_s:g}s")
+
+    def _rank_failed(self, rank: int, generation: int, reason: FailureReason, cause: str) -> None:
+        node = self.supervisor.ranks()[rank].node_id
+        self.supervisor.report_failure(rank, generation, reason, cause)
+        if not self.retry:
+            self.failed[rank] = f"{reason.value} on node {node or '?'}: {cause}"
+            return
+        self.awaiting[rank] = _Awaiting(generation, reason, time.monotonic())
+
+    def _resubmit_replaced(self) -> None:
+        now = time.monotonic()
+        for rank, waiting in list(self.awaiting.items()):
+            if now < waiting.not_before:
+                continue
+            acquired = self.supervisor.try_acquire(rank, newer_than=waiting.newer_than)  # raises if the group failed
+            if acquired is None:
+                continue
+            del self.awaiting[rank]
+            self._submit(rank, *acquired)
+            if waiting.reason is not None:
+                log.info(
+                    "call_shard_rerun", group=self.group.name, method=self.method_name, rank=rank, reason=waiting.reason.value,
+                    waited_s=round(now - waiting.since, 3),
+                )  # fmt: skip
+
+    def _wait_for_a_replacement(self) -> None:
+        rank, waiting = min(self.awaiting.items(), key=lambda item: item[1].not_before)
+        pause = waiting.not_before - time.monotonic()
+        if pause > 0:  # an unavailable rank is asked again after a pause
+            time.sleep(min(pause, self.poll_s))
+            return
+        try:
+            self.supervisor.await_replacement(rank, waiting.newer_than, timeout_s=self.poll_s)
+        except TimeoutError:
+            pass
+
+
+@dataclass(frozen=True)
+class _Awaiting:
+    """A rank whose shard is submitted again once it runs a generation newer than ``newer_than``."""
+
+    newer_than: int
+    reason: FailureReason | None  # why it failed (None: it was only unavailable; the same actor is asked again)
+    since: float
+    not_before: float = 0.0
