@@ -145,7 +145,7 @@ class ReplacementTask:
         rank = self.replacement.rank
         try:
             handle = self._place()
-            info = _ask_node(handle, self.config.actor_start_timeout_s, f"replacement of rank {rank}")
+            info = _ask_node(handle, self.config.actor_start_timeout_s, f"replacement of rank {rank}", self.bundles.runner)
             self.group.rank_nodes[rank] = info
             return ReplacementDone(rank)
         except RecoveryStopped:
@@ -236,11 +236,16 @@ class InitTask:
             )
 
 
-def _ask_node(handle: Any, timeout_s: float, what: str) -> str:
-    """Wait until a new actor answers its probe (its constructor ran); returns its node."""
+def _ask_node(handle: Any, timeout_s: float, what: str, runner: TaskRunner) -> str:
+    """Wait until a new actor answers its probe (its constructor ran); returns its node. Gives up
+    (:class:`RecoveryStopped`) as soon as the supervisor stops."""
     import ray
 
-    try:
-        return str(ray.get(send_probe(handle), timeout=timeout_s)["node_id"])
-    except ray.exceptions.GetTimeoutError as exc:
-        raise TimeoutError(f"{what}: the actor did not come up within {timeout_s:g}s") from exc
+    ref = send_probe(handle)
+    deadline = time.monotonic() + timeout_s
+    while not ray.wait([ref], timeout=min(0.25, max(0.0, deadline - time.monotonic())))[0]:
+        if runner.stopping.is_set():
+            raise RecoveryStopped()
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what}: the actor did not come up within {timeout_s:g}s")
+    return str(ray.get(ref)["node_id"])

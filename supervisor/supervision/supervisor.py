@@ -321,7 +321,7 @@ class GroupSupervisor:
             elif status.state is WorkerState.INITIALIZING:
                 self._deferred.append(d)  # a survivor re-initialising: judged once it runs again
         observations += finished
-        if observations or any(v.state is WorkerState.FAILED for v in self._loop.ranks):
+        if observations or any(self._loop.ranks[r].state is WorkerState.FAILED for r in self._loop.unsettled):
             observations.append(self._placement())
         return observations
 
