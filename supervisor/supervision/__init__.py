@@ -1,14 +1,19 @@
 """Supervision of a worker group: a level-based reconcile loop per group.
 
-Layers, each in its own module (the failure classifier they share is :mod:`supervisor.supervision.failures`):
+One module per concern:
 
-* :mod:`.states`: rank and group states, and the one transition check;
-* :mod:`.config`: :class:`SupervisionConfig` and :class:`InFlightPolicy`;
+* :mod:`.lifecycle`, :mod:`.init_policy`: ``create_group`` and ``init_group``, and the init rules;
+* :mod:`.restart_policy`: strategy, budget, backoff;
+* :mod:`.failures`: the one failure classifier, and which recovery errors are transient;
+* :mod:`.supervised_call`: blocking calls that survive rank failures (:class:`InFlightPolicy`);
+* :mod:`.states`: rank and group states, the one transition check, :class:`RankStatus`;
+* :mod:`.config`: :class:`SupervisionConfig`;
 * :mod:`.reconcile`: the pure ``decide(state, observations, config, now) -> Plan``;
 * :mod:`.detection`: sentinels and probes of running ranks;
 * :mod:`.recovery`: replacement and init tasks, on threads the supervisor owns;
 * :mod:`.standbys`: pre-started standbys;
-* :mod:`.supervisor`: :class:`GroupSupervisor`, which observes, decides and executes, and gates calls.
+* :mod:`.gate`: what blocking calls see of the group, and how they report failures;
+* :mod:`.supervisor`: :class:`GroupSupervisor`, which observes, decides and executes.
 """
 
 from ..errors import GroupFailedError

@@ -123,7 +123,7 @@ class _SupervisedCall:
         import ray
 
         for rank in self.per_rank:
-            self._submit(rank, *self.supervisor.acquire(rank))  # waits out a recovery; raises if the group failed
+            self._submit(rank, *self.supervisor.gate.acquire(rank))  # waits out a recovery; raises if the group failed
         while self.in_flight or self.awaiting:
             self._resubmit_replaced()
             if not self.in_flight:
@@ -194,7 +194,7 @@ class _SupervisedCall:
 
     def _rank_failed(self, rank: int, generation: int, reason: FailureReason, cause: str) -> None:
         node = self.supervisor.ranks()[rank].node_id
-        self.supervisor.report_failure(rank, generation, reason, cause)
+        self.supervisor.gate.report_failure(rank, generation, reason, cause)
         if not self.retry:
             self.failed[rank] = f"{reason.value} on node {node or '?'}: {cause}"
             return
@@ -205,7 +205,7 @@ class _SupervisedCall:
         for rank, waiting in list(self.awaiting.items()):
             if now < waiting.not_before:
                 continue
-            acquired = self.supervisor.try_acquire(rank, newer_than=waiting.newer_than)  # raises if the group failed
+            acquired = self.supervisor.gate.try_acquire(rank, newer_than=waiting.newer_than)  # raises if the group failed
             if acquired is None:
                 continue
             del self.awaiting[rank]
@@ -223,7 +223,7 @@ class _SupervisedCall:
             time.sleep(min(pause, self.poll_s))
             return
         try:
-            self.supervisor.await_replacement(rank, waiting.newer_than, timeout_s=self.poll_s)
+            self.supervisor.gate.await_replacement(rank, waiting.newer_than, timeout_s=self.poll_s)
         except TimeoutError:
             pass
 

@@ -20,7 +20,6 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..core.group import WorkerGroup
 from ..errors import GroupFailedError, first_line
@@ -32,6 +31,7 @@ from ..placement.resources import diagnose
 from ..placement.standby import BundleRef, Replacement, ReplacementKind, free_bundles
 from .config import SupervisionConfig
 from .detection import Detected, Detector
+from .gate import CallGate
 from .reconcile import (
     InitDone,
     LoopState,
@@ -44,7 +44,7 @@ from .reconcile import (
     initial_state,
 )
 from .recovery import BundleWaiter, InitTask, ReplacementTask, TaskRunner
-from .restart_policy import Failure, FailureReason, RestartRecord
+from .restart_policy import FailureReason, RestartRecord
 from .standbys import StandbyKeeper
 from .states import GroupState, RankStatus, WorkerState
 
@@ -82,13 +82,10 @@ class GroupSupervisor:
         self.config = config or SupervisionConfig()
         self.hooks = hooks if hooks is not None else default_hooks()
         self.clock = clock
-        self._cond = threading.Condition()
         self._loop: LoopState = initial_state(group.world_size, restart_history or [])
-        self._stopped = False
-        self._failure: GroupFailedError | None = None
         self.standby = StandbyKeeper(group, self.config, self.hooks, clock)
         original = self._original_nodes()
-        self._ranks = [
+        ranks = [
             RankStatus(
                 rank=r,
                 node_id=group.rank_nodes.get(r),
@@ -97,7 +94,7 @@ class GroupSupervisor:
             )
             for r in range(group.world_size)
         ]
-        self._reports: list[Detected] = []  # failures reported by in-flight calls
+        self.gate = CallGate(group.name, ranks, lambda: group.workers, clock)
         self._deferred: list[Detected] = []  # reports about ranks under an init, judged once they run again
         self._finished: list[Observation] = []  # outcomes of recovery tasks
         self._failed_at: dict[
@@ -114,24 +111,21 @@ class GroupSupervisor:
     # -- public surface -------------------------------------------------------------------------
     @property
     def state(self) -> GroupState:
-        with self._cond:
-            if self._stopped and not self._loop.group.is_terminal:
-                return GroupState.STOPPED
-            return self._loop.group
+        return self.gate.state
 
     @property
     def failure(self) -> GroupFailedError | None:
-        return self._failure
+        return self.gate.failure
 
     def ranks(self) -> list[RankStatus]:
-        with self._cond:
-            return [RankStatus(**vars(r)) for r in self._ranks]
+        with self.gate.cond:
+            return [RankStatus(**vars(r)) for r in self.gate.ranks]
 
     def drift(self) -> list[RankPlacement]:
         """Per-rank placement: bundle node at pool creation vs the node the rank runs on now."""
-        with self._cond:
+        with self.gate.cond:
             return compute_drift(
-                {r.rank: r.original_node for r in self._ranks}, {r.rank: r.node_id for r in self._ranks}
+                {r.rank: r.original_node for r in self.gate.ranks}, {r.rank: r.node_id for r in self.gate.ranks}
             )
 
     def standby_nodes(self) -> dict[BundleRef, str]:
@@ -143,7 +137,7 @@ class GroupSupervisor:
         return self.standby.counts()
 
     def restart_history(self) -> list[RestartRecord]:
-        with self._cond:
+        with self.gate.cond:
             return list(self._loop.history)
 
     def recovery_tasks(self) -> list[str]:
@@ -157,7 +151,7 @@ class GroupSupervisor:
         # Blocking group calls go through the supervisor only once something drives recovery.
         self.group.supervisor = self
         self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
-        for status in self._ranks:
+        for status in self.gate.ranks:
             self._detector.watch(status.rank, status.generation)
         self._publish_worker_states(self._loop)
         self.hooks.on_drift_state(
@@ -178,84 +172,15 @@ class GroupSupervisor:
         left = self._tasks.stop(max(0.0, timeout_s - (time.monotonic() - started)))
         if left:  # blocked in a Ray call that ends at its own timeout; their outcome is dropped
             log.warning("recovery_tasks_left_running", group=self.group.name, tasks=left)
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
+        with self.gate.cond:
+            self.gate.stopped = True
+            self.gate.cond.notify_all()
         if self.group.supervisor is self:
             self.group.supervisor = None
 
     def generation(self, rank: int) -> int:
-        with self._cond:
-            return self._ranks[rank].generation
-
-    # -- the call gate (used by supervised calls) -----------------------------------------------
-    def acquire(self, rank: int) -> tuple[int, Any]:
-        """Wait until the group is not recovering and ``rank`` runs; return ``(generation, actor)``.
-
-        New calls must not reach a replacement before its init method has run.
-
-        Raises:
-            GroupFailedError: the group is FAILED or STOPPED.
-        """
-        with self._cond:
-            while True:
-                acquired = self.try_acquire(rank)
-                if acquired is not None:
-                    return acquired
-                self._cond.wait(0.5)
-
-    def try_acquire(self, rank: int, newer_than: int = -1) -> tuple[int, Any] | None:
-        """``(generation, actor)`` of ``rank`` when it runs a generation newer than ``newer_than`` and
-        the group is not recovering, else None (never blocks).
-
-        Raises:
-            GroupFailedError: the group is FAILED or STOPPED.
-        """
-        with self._cond:
-            self._raise_if_terminal()
-            status = self._ranks[rank]
-            if (
-                self._loop.group is GroupState.RUNNING
-                and status.state is WorkerState.RUNNING
-                and status.generation > newer_than
-            ):
-                return status.generation, self.group.workers[rank]
-            return None
-
-    def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
-        """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""
-        with self._cond:
-            if self._ranks[rank].generation != generation:
-                return  # already replaced
-            failure = Failure(rank, reason, detail, self._ranks[rank].node_id)
-            self._reports.append(Detected(failure, generation, self.clock(), None))
-            self._cond.notify_all()
-
-    def await_replacement(self, rank: int, generation: int, timeout_s: float | None = None) -> int:
-        """Block until ``rank`` runs a generation newer than ``generation``; return it.
-
-        Raises:
-            GroupFailedError: the group failed (or stopped) instead.
-            TimeoutError: not replaced within ``timeout_s``.
-        """
-        deadline = None if timeout_s is None else self.clock() + timeout_s
-        with self._cond:
-            while True:
-                status = self._ranks[rank]
-                if status.generation > generation and status.state is WorkerState.RUNNING:
-                    return status.generation
-                self._raise_if_terminal()
-                remaining = None if deadline is None else deadline - self.clock()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(
-                        f"rank {rank} of group {self.group.name} not replaced within {timeout_s:g}s"
-                    )
-                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
-
-    def _raise_if_terminal(self) -> None:
-        state = GroupState.STOPPED if self._stopped and not self._loop.group.is_terminal else self._loop.group
-        if state.is_terminal:
-            raise self._failure or GroupFailedError(f"group {self.group.name} is {state.value}")
+        with self.gate.cond:
+            return self.gate.ranks[rank].generation
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -269,7 +194,7 @@ class GroupSupervisor:
     def step(self, timeout_s: float) -> Plan:
         """One pass: observe for up to ``timeout_s``, decide, execute. Returns the plan carried out."""
         observations = self._observe(timeout_s)
-        with self._cond:
+        with self.gate.cond:
             state = self._loop
         plan = decide(state, observations, self.config, self.clock())
         self._execute(plan, observations)
@@ -286,8 +211,8 @@ class GroupSupervisor:
         detector = self._detector
         detector.send_due_probes()
         refs = detector.refs()
-        with self._cond:
-            pending = bool(self._reports or self._finished)
+        with self.gate.cond:
+            pending = bool(self.gate.reports or self._finished)
         if not pending:  # block until something happens, or the pass times out
             wait = detector.wait_s(timeout_s)
             if self._tasks.running():
@@ -297,21 +222,21 @@ class GroupSupervisor:
             if refs:
                 ray.wait(refs, num_returns=1, timeout=wait)
             else:
-                with self._cond:
-                    self._cond.wait(wait)
+                with self.gate.cond:
+                    self.gate.cond.wait(wait)
         ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else []
         detected = detector.collect(ready)
-        with self._cond:
-            reports, self._reports = self._reports, []
+        with self.gate.cond:
+            reports, self.gate.reports = self.gate.reports, []
             finished, self._finished = self._finished, []
             for rank, node in detector.node_updates.items():
-                self._ranks[rank].node_id = node
+                self.gate.ranks[rank].node_id = node
             detector.node_updates.clear()
         observations: list[Observation] = []
         seen: set[int] = set()
         for d in reports + detected:  # reports from calls first: they carry the call's view (e.g. hung)
             rank = d.failure.rank
-            status = self._ranks[rank]
+            status = self.gate.ranks[rank]
             if rank in seen or d.generation != status.generation:
                 continue
             if status.state is WorkerState.RUNNING:
@@ -344,9 +269,9 @@ class GroupSupervisor:
         return PlacementSeen(rank_bundles, placed, self.standby.ready_nodes(), tuple(free))
 
     def _task_finished(self, outcome: Observation) -> None:
-        with self._cond:
+        with self.gate.cond:
             self._finished.append(outcome)
-            self._cond.notify_all()
+            self.gate.cond.notify_all()
 
     # -- execution ------------------------------------------------------------------------------
     def _execute(self, plan: Plan, observations: list[Observation]) -> None:
@@ -390,45 +315,46 @@ class GroupSupervisor:
             view = plan.state.ranks[replacement.rank]
             reason = view.failure.reason.value if view.failure else FailureReason.DIED.value
             hooks.on_worker_replaced(group.name, replacement.rank, reason)
-        nodes = {r: group.rank_nodes.get(r, self._ranks[r].node_id) for r in plan.renewed}
+        nodes = {r: group.rank_nodes.get(r, self.gate.ranks[r].node_id) for r in plan.renewed}
         for r in plan.renewed:
             detected_at, died_at = self._failed_at.pop(r, (now, None))
             recovery = now - detected_at
             if died_at is not None:
                 recovery = max(recovery, time.time() - died_at)
             hooks.on_worker_recovered(group.name, r, recovery)
-            placement = RankPlacement(r, self._ranks[r].original_node, nodes[r])
+            placement = RankPlacement(r, self.gate.ranks[r].original_node, nodes[r])
             if placement.drifted:
                 hooks.on_placement_drift(
                     group.name, r, placement.original_node or "", placement.current_node or ""
                 )
         self._publish_worker_states(plan.state)
         if plan.renewed:
-            current = {r.rank: r.node_id for r in self._ranks} | nodes
-            hooks.on_drift_state(group.name, count_drifted({r.rank: r.original_node for r in self._ranks}, current))
+            current = {r.rank: r.node_id for r in self.gate.ranks} | nodes
+            hooks.on_drift_state(group.name, count_drifted({r.rank: r.original_node for r in self.gate.ranks}, current))
         if plan.escalation is not None:
-            self._failure = GroupFailedError(f"group {group.name} FAILED: {plan.escalation}")
-        with self._cond:
+            self.gate.failure = GroupFailedError(f"group {group.name} FAILED: {plan.escalation}")
+        with self.gate.cond:
             self._loop = plan.state
+            self.gate.group_state = plan.state.group
             for move in plan.moves:
-                status = self._ranks[move.rank]
+                status = self.gate.ranks[move.rank]
                 status.state = move.target
                 if move.target is WorkerState.FAILED and move.failure is not None:
                     status.last_failure = f"{move.failure.reason.value}: {move.failure.detail}"
             for replacement in plan.replacements:
-                self._ranks[replacement.rank].restarts += 1
+                self.gate.ranks[replacement.rank].restarts += 1
             for r, n in rebuilt.items():
-                self._ranks[r].restarts += n
+                self.gate.ranks[r].restarts += n
             for r in plan.renewed:
-                self._ranks[r].generation += 1
-                self._ranks[r].node_id = nodes[r]
+                self.gate.ranks[r].generation += 1
+                self.gate.ranks[r].node_id = nodes[r]
             if plan.escalation is not None:
-                for status in self._ranks:
+                for status in self.gate.ranks:
                     if status.state is not WorkerState.RUNNING:
                         status.state = WorkerState.FAILED
-            self._cond.notify_all()
+            self.gate.cond.notify_all()
         if plan.escalation is not None:
-            hooks.on_group_failed(group.name, str(self._failure))
+            hooks.on_group_failed(group.name, str(self.gate.failure))
             self._publish_worker_states(plan.state, failed_group=True)
             return
         for replacement in plan.replacements:
@@ -438,7 +364,7 @@ class GroupSupervisor:
                 self._detector.forget(r)
             self._tasks.start("init", InitTask(plan.init, group, self.config, hooks, self._tasks))
         for r in plan.serving:
-            self._detector.watch(r, self._ranks[r].generation)
+            self._detector.watch(r, self.gate.ranks[r].generation)
         self._requeue_deferred(plan.serving)
 
     def _log_transitions(self, plan: Plan) -> None:
@@ -462,21 +388,22 @@ class GroupSupervisor:
         if not self._deferred:
             return
         back = [d for d in self._deferred if d.failure.rank in serving]
-        with self._cond:
+        with self.gate.cond:
             self._deferred = [d for d in self._deferred if d.failure.rank not in serving]
-            self._reports += back
+            self.gate.reports += back
 
     def _fail_group(self, message: str) -> None:
         error = GroupFailedError(f"group {self.group.name} FAILED: {message}")
-        with self._cond:
+        with self.gate.cond:
             if self._loop.group.is_terminal:
                 return
             self._loop = dataclasses.replace(self._loop, group=GroupState.FAILED, failure=message)
-            self._failure = error
-            for status in self._ranks:
+            self.gate.group_state = GroupState.FAILED
+            self.gate.failure = error
+            for status in self.gate.ranks:
                 if status.state is not WorkerState.RUNNING:
                     status.state = WorkerState.FAILED
-            self._cond.notify_all()
+            self.gate.cond.notify_all()
         self.hooks.on_group_failed(self.group.name, str(error))
         self._publish_worker_states(self._loop, failed_group=True)
 
@@ -491,11 +418,11 @@ class GroupSupervisor:
 
     # -- helpers --------------------------------------------------------------------------------
     def _running_generations(self) -> dict[int, int]:
-        with self._cond:
-            return {s.rank: s.generation for s in self._ranks if s.state is WorkerState.RUNNING}
+        with self.gate.cond:
+            return {s.rank: s.generation for s in self.gate.ranks if s.state is WorkerState.RUNNING}
 
     def _node_of(self, rank: int) -> str | None:
-        return self._ranks[rank].node_id
+        return self.gate.ranks[rank].node_id
 
     def _report_bundle_wait(self, waited_s: float) -> None:
         # The same diagnosis as create_group's wait: what is missing and which placement groups hold it.

@@ -1,0 +1,117 @@
+"""The call gate: what blocking group calls see of a supervised group, and how they report failures.
+
+Calls in flight (:mod:`.supervised_call`) ask the gate which incarnation of a rank may take a shard
+now, wait here while the group recovers, and report ranks that died or did not answer. The loop
+publishes the group's state and each rank's view here (under :attr:`CallGate.cond`) and takes the
+reports on its next pass.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import GroupFailedError
+from .detection import Detected
+from .restart_policy import Failure, FailureReason
+from .states import GroupState, RankStatus, WorkerState
+
+__all__ = ["CallGate"]
+
+
+class CallGate:
+    """The published state of one group, shared by its loop (the writer) and its calls (readers)."""
+
+    def __init__(
+        self,
+        group_name: str,
+        ranks: list[RankStatus],
+        workers: Callable[[], list[Any]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.group_name = group_name
+        self.cond = threading.Condition()
+        self.ranks = ranks
+        self.group_state = GroupState.RUNNING
+        self.stopped = False
+        self.failure: GroupFailedError | None = None
+        self.reports: list[Detected] = []  # failures reported by calls, taken by the loop
+        self._workers = workers
+        self.clock = clock
+
+    @property
+    def state(self) -> GroupState:
+        with self.cond:
+            return (
+                GroupState.STOPPED if self.stopped and not self.group_state.is_terminal else self.group_state
+            )
+
+    def acquire(self, rank: int) -> tuple[int, Any]:
+        """Wait until the group is not recovering and ``rank`` runs; return ``(generation, actor)``.
+
+        New calls must not reach a replacement before its init method has run.
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self.cond:
+            while True:
+                acquired = self.try_acquire(rank)
+                if acquired is not None:
+                    return acquired
+                self.cond.wait(0.5)
+
+    def try_acquire(self, rank: int, newer_than: int = -1) -> tuple[int, Any] | None:
+        """``(generation, actor)`` of ``rank`` when it runs a generation newer than ``newer_than`` and
+        the group is not recovering, else None (never blocks).
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self.cond:
+            self._raise_if_terminal()
+            status = self.ranks[rank]
+            if (
+                self.group_state is GroupState.RUNNING
+                and status.state is WorkerState.RUNNING
+                and status.generation > newer_than
+            ):
+                return status.generation, self._workers()[rank]
+            return None
+
+    def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
+        """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""
+        with self.cond:
+            if self.ranks[rank].generation != generation:
+                return  # already replaced
+            failure = Failure(rank, reason, detail, self.ranks[rank].node_id)
+            self.reports.append(Detected(failure, generation, self.clock(), None))
+            self.cond.notify_all()
+
+    def await_replacement(self, rank: int, generation: int, timeout_s: float | None = None) -> int:
+        """Block until ``rank`` runs a generation newer than ``generation``; return it.
+
+        Raises:
+            GroupFailedError: the group failed (or stopped) instead.
+            TimeoutError: not replaced within ``timeout_s``.
+        """
+        deadline = None if timeout_s is None else self.clock() + timeout_s
+        with self.cond:
+            while True:
+                status = self.ranks[rank]
+                if status.generation > generation and status.state is WorkerState.RUNNING:
+                    return status.generation
+                self._raise_if_terminal()
+                remaining = None if deadline is None else deadline - self.clock()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"rank {rank} of group {self.group_name} not replaced within {timeout_s:g}s"
+                    )
+                self.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+
+    def _raise_if_terminal(self) -> None:
+        state = GroupState.STOPPED if self.stopped and not self.group_state.is_terminal else self.group_state
+        if state.is_terminal:
+            raise self.failure or GroupFailedError(f"group {self.group_name} is {state.value}")
