@@ -354,6 +354,7 @@ class GroupSupervisor:
                         status.state = WorkerState.FAILED
             self.gate.cond.notify_all()
         if plan.escalation is not None:
+            self._tasks.stopping.set()  # tasks still running end at their next wait: the owner decides now
             hooks.on_group_failed(group.name, str(self.gate.failure))
             self._publish_worker_states(plan.state, failed_group=True)
             return
@@ -404,6 +405,7 @@ class GroupSupervisor:
                 if status.state is not WorkerState.RUNNING:
                     status.state = WorkerState.FAILED
             self.gate.cond.notify_all()
+        self._tasks.stopping.set()
         self.hooks.on_group_failed(self.group.name, str(error))
         self._publish_worker_states(self._loop, failed_group=True)
 
