@@ -151,43 +151,53 @@ def test_format_resources_orders_cpu_gpu_first():
 # -- restart policy and drift ----------------------------------------------------------------------
 
 from supervisor.placement.drift import compute_drift  # noqa: E402
+from supervisor.placement.layout import BundleRef  # noqa: E402
+from supervisor.supervision import SupervisionConfig  # noqa: E402
+from supervisor.supervision.reconcile import PlacementSeen, RankFailed, decide, initial_state  # noqa: E402
 from supervisor.supervision.restart_policy import (  # noqa: E402
-    DecisionKind,
     Failure,
     FailureReason,
     RestartPolicy,
     RestartRecord,
     RestartStrategy,
     budget_allows,
-    decide,
     restarts_in_window,
 )
 
 DIED_ = FailureReason.DIED
 
 
+def _decide(failures, history, world, policy, now):
+    """The reconcile loop's decision on ``failures`` observed at ``now`` by a group that ran until then."""
+    seen = PlacementSeen({r: BundleRef(0, r) for r in range(world)}, {}, {}, ())
+    observations = [*(RankFailed(f) for f in failures), seen] if failures else []
+    return decide(initial_state(world, history), observations, SupervisionConfig(restart=policy), now)
+
+
+def _replaced(plan):
+    return tuple(r.rank for r in plan.replacements)
+
+
 def test_no_failures_no_action():
-    assert decide([], [], 4, RestartPolicy(), now=100.0).kind is DecisionKind.NOOP
+    assert _decide([], [], 4, RestartPolicy(), now=100.0).empty
 
 
 def test_one_for_one_restarts_only_the_failed_ranks():
-    d = decide([Failure(2, DIED_), Failure(1, FailureReason.HUNG)], [], 4, RestartPolicy(), now=0.0)
-    assert (d.kind, d.ranks, d.delay_s) == (DecisionKind.RESTART, (1, 2), 0.0)
+    plan = _decide([Failure(2, DIED_), Failure(1, FailureReason.HUNG)], [], 4, RestartPolicy(), now=0.0)
+    assert _replaced(plan) == (1, 2) and plan.wake_at is None
 
 
 def test_one_for_all_restarts_every_rank():
-    d = decide([Failure(2, DIED_)], [], 4, RestartPolicy(strategy=RestartStrategy.ONE_FOR_ALL), now=0.0)
-    assert d.ranks == (0, 1, 2, 3)
+    assert _replaced(_decide([Failure(2, DIED_)], [], 4, RestartPolicy(strategy=RestartStrategy.ONE_FOR_ALL), now=0.0)) == (0, 1, 2, 3)
 
 
 def test_budget_is_a_sliding_window():
     policy = RestartPolicy(max_restarts=2, restart_window_s=60)
     history = [RestartRecord(1, DIED_, at=0.0), RestartRecord(1, DIED_, at=30.0)]
-    escalate = decide([Failure(1, DIED_, "boom")], history, 4, policy, now=50.0)
-    assert escalate.kind is DecisionKind.ESCALATE
-    assert escalate.message == "restart budget exhausted: 2 restart(s) in the last 60s (max_restarts=2); failed: rank 1 died (boom)"
+    escalate = _decide([Failure(1, DIED_, "boom")], history, 4, policy, now=50.0)
+    assert escalate.escalation == "restart budget exhausted: 2 restart(s) in the last 60s (max_restarts=2); failed: rank 1 died (boom)"
     # the first restart has left the window by t=61
-    assert decide([Failure(1, DIED_)], history, 4, policy, now=61.0).kind is DecisionKind.RESTART
+    assert _replaced(_decide([Failure(1, DIED_)], history, 4, RestartPolicy(max_restarts=2, restart_window_s=60), now=61.0)) == (1,)
 
 
 def test_budget_rule_is_the_one_decide_uses():
@@ -198,7 +208,7 @@ def test_budget_rule_is_the_one_decide_uses():
     assert not budget_allows(history, 2, policy, now=61.0)
     for now in (50.0, 61.0, 95.0, 200.0):
         for failed in (1, 2, 3):
-            escalated = decide([Failure(r, DIED_) for r in range(failed)], history, 4, policy, now).kind is DecisionKind.ESCALATE
+            escalated = _decide([Failure(r, DIED_) for r in range(1, failed + 1)], history, 4, policy, now).escalation is not None
             assert escalated is not budget_allows(history, failed, policy, now)
 
 
@@ -216,16 +226,21 @@ def test_transient_errors_of_a_recovery_step():
 
 
 def test_zero_budget_never_restarts():
-    assert decide([Failure(0, DIED_)], [], 1, RestartPolicy(max_restarts=0), now=0.0).kind is DecisionKind.ESCALATE
+    assert _decide([Failure(0, DIED_)], [], 1, RestartPolicy(max_restarts=0), now=0.0).escalation is not None
 
 
 def test_backoff_doubles_for_consecutive_restarts_of_one_rank():
     policy = RestartPolicy(backoff_initial_s=1.0, backoff_max_s=5.0)
     history = [RestartRecord(3, DIED_, at=float(t)) for t in range(3)]
-    assert decide([Failure(3, DIED_)], history[:0], 4, policy, now=10.0).delay_s == 0.0
-    assert decide([Failure(3, DIED_)], history[:1], 4, policy, now=10.0).delay_s == 1.0
-    assert decide([Failure(3, DIED_)], history[:2], 4, policy, now=10.0).delay_s == 2.0
-    assert decide([Failure(3, DIED_)], history * 3, 4, RestartPolicy(backoff_initial_s=1.0, backoff_max_s=5.0, max_restarts=100), now=10.0).delay_s == 5.0
+
+    def delay(history, policy):
+        plan = _decide([Failure(3, DIED_)], history, 4, policy, now=10.0)
+        return 0.0 if plan.replacements else plan.wake_at - 10.0
+
+    assert delay(history[:0], policy) == 0.0
+    assert delay(history[:1], policy) == 1.0
+    assert delay(history[:2], policy) == 2.0
+    assert delay(history * 3, RestartPolicy(backoff_initial_s=1.0, backoff_max_s=5.0, max_restarts=100)) == 5.0
 
 
 def test_restart_policy_validation():
@@ -242,5 +257,5 @@ def test_decision_over_ten_thousand_workers():
     # Decision cost is measured in bench/, not here; this checks the result at that size.
     failures = [Failure(r, DIED_) for r in range(0, 10_000, 100)]
     history = [RestartRecord(r, DIED_, at=float(r % 50)) for r in range(0, 10_000, 7)]
-    d = decide(failures, history, 10_000, RestartPolicy(max_restarts=100_000, restart_window_s=1e9), now=100.0)
-    assert d.kind is DecisionKind.RESTART and len(d.ranks) == 100
+    plan = _decide(failures, history, 10_000, RestartPolicy(max_restarts=100_000, restart_window_s=1e9), now=100.0)
+    assert len(plan.replacements) == 100 and plan.escalation is None

@@ -16,7 +16,7 @@ from supervisor.core.protocol import DataProto
 from supervisor.core.worker import send_probe
 from supervisor.errors import ConfigError
 from supervisor.observability.metrics import REGISTRY
-from supervisor.placement.standby import BundleRef
+from supervisor.placement.layout import BundleRef
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
 

@@ -14,9 +14,8 @@ from typing import Any
 
 from ..errors import ClusterUnavailableError, ConfigError, UnknownMethodError
 from ..observability.log import get_logger
-from ..placement.layout import BundleSlot, actor_name, validate_name_prefix
+from ..placement.layout import BundleRef, BundleSlot, actor_name, validate_name_prefix
 from ..placement.pool import PlacementStrategy, ResourcePool
-from ..placement.standby import BundleRef
 from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
 from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars

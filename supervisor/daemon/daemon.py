@@ -40,8 +40,8 @@ from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger
 from ..placement.budget import cluster_misfits, cpu_oversubscription
 from ..placement.cluster_state import read_snapshot
+from ..placement.layout import BundleRef
 from ..placement.pool import ResourcePool
-from ..placement.standby import BundleRef
 from ..supervision import GroupState, GroupSupervisor
 from ..supervision.init_policy import RankAttempt
 from ..supervision.lifecycle import adopt_group, create_group, init_group

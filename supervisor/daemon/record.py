@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..supervision.restart_policy import RestartPolicy
+from ..supervision.restart_policy import RestartPolicy, within_window
 from ..supervision.states import RankStatus, WorkerState
 
 __all__ = [
@@ -90,7 +90,7 @@ class GroupRecord:
     standbys_wanted: int = 0
 
     def restarts_in_window(self, now: float) -> int:
-        return sum(1 for _, _, t in self.restarts if now - t <= self.restart_window_s)
+        return sum(1 for _, _, t in self.restarts if within_window(t, self.restart_window_s, now))
 
 
 

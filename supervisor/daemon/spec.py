@@ -43,6 +43,7 @@ from ..placement.layout import (
     validate_name_prefix,
 )
 from ..placement.pool import PlacementStrategy, ResourcePool
+from ..placement.resource_wait import RESOURCE_TIMEOUT_S
 from ..supervision import InFlightPolicy, SupervisionConfig
 from ..supervision.init_policy import InitPolicy
 from ..supervision.lifecycle import ACTOR_START_TIMEOUT_S
@@ -123,7 +124,7 @@ class PoolSpec:
     use_gpu: bool = True
     max_colocate_count: int = 1
     strategy: PlacementStrategy = PlacementStrategy.STRICT_PACK
-    resource_timeout_s: float | None = 600.0
+    resource_timeout_s: float | None = RESOURCE_TIMEOUT_S
     progress_interval_s: float = 10.0
     autoscaling: bool = False
     capacity_factor: float = 1.0  # >1: spare bundles beyond the ranks' (reserved, idle until a failure)

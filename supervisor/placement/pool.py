@@ -34,7 +34,12 @@ from .layout import (
     spare_placement_group_name,
     validate_name_prefix,
 )
-from .resource_wait import InfeasibleResourcesError, check_feasible, wait_for_placement_groups
+from .resource_wait import (
+    RESOURCE_TIMEOUT_S,
+    InfeasibleResourcesError,
+    check_feasible,
+    wait_for_placement_groups,
+)
 from .resources import PoolDemand
 
 __all__ = [
@@ -219,7 +224,7 @@ class ResourcePool:
         strategy: PlacementStrategy | str | None = None,
         name: str | None = None,
         device_name: str | None = None,
-        timeout_s: float | None = 600.0,
+        timeout_s: float | None = RESOURCE_TIMEOUT_S,
         progress_interval_s: float = 10.0,
         autoscaling: bool = False,
         hooks: LifecycleHooks | None = None,

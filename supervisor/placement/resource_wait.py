@@ -17,7 +17,10 @@ from ..observability.hooks import LifecycleHooks
 from .cluster_state import read_snapshot
 from .resources import PoolDemand, ResourceDiagnosis, diagnose, find_infeasibility
 
-__all__ = ["ResourceWaitTimeout", "InfeasibleResourcesError", "check_feasible", "wait_for_placement_groups"]
+__all__ = ["RESOURCE_TIMEOUT_S", "ResourceWaitTimeout", "InfeasibleResourcesError", "check_feasible", "wait_for_placement_groups"]
+
+# How long a pool waits for its placement groups by default (a busy cluster frees GPUs within minutes).
+RESOURCE_TIMEOUT_S = 600.0
 
 
 class InfeasibleResourcesError(PlacementError):

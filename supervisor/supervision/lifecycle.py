@@ -29,8 +29,9 @@ from ..core.worker import send_probe
 from ..errors import ActorStartError, SupervisorError, ray_error_line
 from ..observability.hooks import LifecycleHooks, default_hooks
 from ..observability.log import get_logger
+from ..placement.layout import BundleRef
 from ..placement.pool import ResourcePool
-from ..placement.standby import BundleRef
+from ..placement.resource_wait import RESOURCE_TIMEOUT_S
 from .failures import ErrorKind, classify_error
 from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
 
@@ -61,7 +62,7 @@ def create_group(
     detached: bool = False,
     worker_env: dict[str, str] | None = None,
     namespace: str = DEFAULT_NAMESPACE,
-    resource_timeout_s: float | None = 600.0,
+    resource_timeout_s: float | None = RESOURCE_TIMEOUT_S,
     progress_interval_s: float = 10.0,
     actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S,
     autoscaling: bool = False,

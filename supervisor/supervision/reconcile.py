@@ -36,7 +36,8 @@ from .restart_policy import (
     RestartRecord,
     RestartStrategy,
     budget_allows,
-    restarts_in_window,
+    budget_message,
+    consecutive_restarts,
 )
 from .states import GroupState, WorkerState, check_group_transition, check_rank_transition
 
@@ -230,8 +231,7 @@ class _Planner:
         self.ranks[rank] = dataclasses.replace(self.ranks[rank], **changes)
 
     def _backoff(self, rank: int, at_least: float = 0.0) -> float:
-        window_start = self.now - self.policy.restart_window_s
-        consecutive = sum(1 for r in self.history if r.rank == rank and r.at >= window_start)
+        consecutive = consecutive_restarts(self.history, rank, self.policy, self.now)
         return max(at_least, self.policy.backoff_s(consecutive + 1))
 
     def _fail(self, failure: Failure) -> bool:
@@ -305,9 +305,7 @@ class _Planner:
             self.escalation = message
 
     def _budget_message(self, what: str) -> str:
-        in_window = restarts_in_window(self.history, self.policy, self.now)
-        window, limit = self.policy.restart_window_s, self.policy.max_restarts
-        return f"restart budget exhausted: {in_window} restart(s) in the last {window:g}s (max_restarts={limit}); {what}"
+        return budget_message(self.history, self.policy, self.now, what)
 
     # -- what to start --------------------------------------------------------------------------
     def _start_replacements(self) -> list[Replacement]:

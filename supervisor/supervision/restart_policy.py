@@ -8,8 +8,8 @@ A :class:`RestartPolicy` says how a group reacts when ranks fail:
   more failure makes the group FAILED: no more restarts, the owner decides;
 * backoff: consecutive restarts of the same rank wait ``backoff_initial_s * 2**(n-1)`` (capped).
 
-:func:`decide` maps (failures observed now, restart history, clock) to a :class:`Decision`. No Ray
-calls, so every rule is unit-tested and a 10,000-worker tick costs microseconds per worker.
+The rules here are pure (the reconcile loop's :func:`~supervisor.supervision.reconcile.decide`
+applies them); :func:`within_window` is the one window rule, also used for the daemon's record.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "RestartStrategy", "FailureReason", "RestartPolicy", "Failure", "RestartRecord", "Decision", "DecisionKind",
-    "decide", "restarts_in_window", "budget_allows",
+    "RestartStrategy", "FailureReason", "RestartPolicy", "Failure", "RestartRecord", "within_window",
+    "restarts_in_window", "budget_allows", "consecutive_restarts", "budget_message",
 ]  # fmt: skip
 
 
@@ -87,33 +87,14 @@ class RestartRecord:
     at: float
 
 
-class DecisionKind(enum.Enum):
-    NOOP = "noop"
-    RESTART = "restart"
-    ESCALATE = "escalate"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do about the failures observed.
-
-    Attributes:
-        kind: NOOP, RESTART (replace ``ranks`` after ``delay_s``) or ESCALATE (the group is FAILED).
-        ranks: ranks to replace (all ranks under one_for_all).
-        delay_s: backoff before replacing.
-        message: why (for ESCALATE: the ranks and causes, for the error).
-    """
-
-    kind: DecisionKind
-    ranks: tuple[int, ...] = ()
-    delay_s: float = 0.0
-    message: str = ""
+def within_window(at: float, window_s: float, now: float) -> bool:
+    """Whether a restart at ``at`` still counts at ``now`` (the sliding window, boundary included)."""
+    return at >= now - window_s
 
 
 def restarts_in_window(history: Sequence[RestartRecord], policy: RestartPolicy, now: float) -> int:
     """Restarts of ``history`` inside the sliding window that ends at ``now``."""
-    window_start = now - policy.restart_window_s
-    return sum(1 for r in history if r.at >= window_start)
+    return sum(1 for r in history if within_window(r.at, policy.restart_window_s, now))
 
 
 def budget_allows(history: Sequence[RestartRecord], restarts: int, policy: RestartPolicy, now: float) -> bool:
@@ -121,43 +102,15 @@ def budget_allows(history: Sequence[RestartRecord], restarts: int, policy: Resta
     return restarts_in_window(history, policy, now) + restarts <= policy.max_restarts
 
 
-def _consecutive(history: Sequence[RestartRecord], rank: int, window_start: float) -> int:
-    return sum(1 for r in history if r.rank == rank and r.at >= window_start)
+def consecutive_restarts(history: Sequence[RestartRecord], rank: int, policy: RestartPolicy, now: float) -> int:
+    """Restarts of ``rank`` inside the window (what its next backoff doubles on)."""
+    return sum(1 for r in history if r.rank == rank and within_window(r.at, policy.restart_window_s, now))
 
 
-def decide(
-    failures: Sequence[Failure],
-    history: Sequence[RestartRecord],
-    world_size: int,
-    policy: RestartPolicy,
-    now: float,
-) -> Decision:
-    """Decide what to do about ``failures`` given the group's restart ``history``.
-
-    Args:
-        failures: ranks observed failed now (deduplicated by rank by the caller or here).
-        history: restarts already performed.
-        world_size: ranks in the group.
-        policy: strategy, intensity, backoff.
-        now: monotonic time of the decision.
-    """
-    if not failures:
-        return Decision(DecisionKind.NOOP)
-    by_rank = {f.rank: f for f in failures}
-    window_start = now - policy.restart_window_s
+def budget_message(history: Sequence[RestartRecord], policy: RestartPolicy, now: float, what: str) -> str:
+    """The one wording of an exhausted budget (the group's failure, its error and the daemon's exit)."""
     in_window = restarts_in_window(history, policy, now)
-    if not budget_allows(history, len(by_rank), policy, now):
-        causes = "; ".join(
-            f"rank {f.rank} {f.reason.value}" + (f" ({f.detail})" if f.detail else "") for f in sorted(by_rank.values(), key=lambda f: f.rank)
-        )
-        return Decision(
-            DecisionKind.ESCALATE,
-            ranks=tuple(sorted(by_rank)),
-            message=(
-                f"restart budget exhausted: {in_window} restart(s) in the last {policy.restart_window_s:g}s "
-                f"(max_restarts={policy.max_restarts}); failed: {causes}"
-            ),
-        )
-    ranks = tuple(range(world_size)) if policy.strategy is RestartStrategy.ONE_FOR_ALL else tuple(sorted(by_rank))
-    delay = max(policy.backoff_s(_consecutive(history, r, window_start) + 1) for r in by_rank)
-    return Decision(DecisionKind.RESTART, ranks=ranks, delay_s=delay)
+    return (
+        f"restart budget exhausted: {in_window} restart(s) in the last {policy.restart_window_s:g}s "
+        f"(max_restarts={policy.max_restarts}); {what}"
+    )
