@@ -188,8 +188,12 @@ def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float, probe
         try:
             nodes[rank] = ray.get(ref)["node_id"]
         except ray.exceptions.RayError as exc:
-            problems[rank] = ray_error_line(exc)
+            kind = classify_error(exc)  # the shared classifier: say what kind of failure it was
+            problems[rank] = f"{_START_PROBLEM.get(kind, 'failed')}: {ray_error_line(exc)}"
     return nodes, problems
+
+
+_START_PROBLEM = {ErrorKind.INIT_FAILED: "constructor failed", ErrorKind.DIED: "died", ErrorKind.UNAVAILABLE: "unreachable"}
 
 
 def _wait_started(group: WorkerGroup, timeout_s: float, ranks: list[int] | None = None) -> dict[int, str]:
