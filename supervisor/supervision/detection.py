@@ -29,6 +29,10 @@ __all__ = ["Detected", "Detector"]
 
 log = get_logger("detection")
 
+# Pause before a sentinel that found its rank unreachable is armed again (without it, the loop would
+# spin on an actor that fails every call at once, for the whole of probe_timeout_s).
+UNAVAILABLE_REARM_S = 0.5
+
 
 @dataclass(frozen=True)
 class Detected:
@@ -66,6 +70,7 @@ class Detector:
         self._probes: dict[Any, tuple[int, int, float]] = {}
         self._next_probe: dict[int, float] = {}
         self._suspects: dict[int, _Suspect] = {}
+        self._rearm_at: dict[int, tuple[int, float]] = {}  # rank -> (generation, when its sentinel is armed again)
         self._unavailable = UnavailableClock(config.probe_timeout_s, clock)
         self.node_updates: dict[int, str] = {}  # nodes the probes reported, for the supervisor's view
 
@@ -84,6 +89,7 @@ class Detector:
         self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] != rank}
         self._probes = {ref: v for ref, v in self._probes.items() if v[0] != rank}
         self._suspects.pop(rank, None)
+        self._rearm_at.pop(rank, None)
         self._unavailable.forget(lambda key: isinstance(key, tuple) and key[0] == rank)
 
     # -- one pass -------------------------------------------------------------------------------
@@ -97,12 +103,19 @@ class Detector:
         busy = {rank for rank, _, _ in self._probes.values()}
         due = [t for rank, t in self._next_probe.items() if rank not in busy]
         due += [sent + self.config.probe_timeout_s for _, _, sent in self._probes.values()]
+        due += [at for _, at in self._rearm_at.values()]
         if not due:
             return timeout_s
         return max(0.01, min(timeout_s, min(due) - self.clock()))
 
     def send_due_probes(self) -> None:
+        """Send the probes that are due, and re-arm the sentinels of ranks that were unreachable."""
         now = self.clock()
+        for rank, (generation, at) in list(self._rearm_at.items()):
+            if now >= at:
+                del self._rearm_at[rank]
+                if self._running().get(rank) == generation:
+                    self._sentinels[arm_sentinel(self.group.workers[rank], self.config.sentinel_hold_s)] = (rank, generation)
         busy = {rank for rank, _, _ in self._probes.values()}
         for rank, generation in self._running().items():
             if rank not in busy and now >= self._next_probe.get(rank, 0.0):
@@ -160,11 +173,8 @@ class Detector:
                             f"unavailable for {lasted:.0f}s: {first_line(exc)}",
                         )
                     ]
-                if sentinel:
-                    self._sentinels[arm_sentinel(self.group.workers[rank], self.config.sentinel_hold_s)] = (
-                        rank,
-                        generation,
-                    )
+                if sentinel:  # asked again after a pause: an unreachable actor fails it at once
+                    self._rearm_at[rank] = (generation, self.clock() + UNAVAILABLE_REARM_S)
                 return []
             if kind in (ErrorKind.DIED, ErrorKind.INIT_FAILED):
                 if rank not in self._suspects:
