@@ -357,3 +357,16 @@ def test_a_finished_task_reports_its_outcome():
     with pytest.raises(RecoveryStopped):
         runner.stop(1.0)
         runner.sleep(0.01)
+
+
+def test_ranks_an_init_replaced_before_it_failed_are_charged_and_get_a_new_generation():
+    group = FakeGroup(_config())
+    group.step(_died(0))
+    group.replaced(0)  # rank 0's init: every rank, with the new rendezvous
+    plan = group.initialised(rebuilt={2: (FailureReason.DIED, 1)}, error="TimeoutError: init of rank 3 did not answer")
+    assert [(r.rank, r.reason) for r in plan.restarts] == [(2, FailureReason.DIED), (0, FailureReason.INIT_FAILED)]
+    assert group.state.ranks[2].replaced and plan.init is None  # the retry waits for its backoff
+    group.now = plan.wake_at
+    plan = group.step()
+    assert plan.init is not None and plan.init.ranks == (0, 1, 2, 3)
+    assert sorted(group.initialised().renewed) == [0, 2]

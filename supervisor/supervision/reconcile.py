@@ -271,8 +271,16 @@ class _Planner:
         self.init_running = False
         for r in done.ranks:
             self._set(r, in_task=False)
+        # Ranks the init replaced run new actors (a new generation once they serve), and each
+        # replacement was a restart, whatever the outcome of the init.
+        for r in done.rebuilt:
+            self._set(r, replaced=True)
+        self._charge([RestartRecord(r, reason, self.now) for r, (reason, n) in sorted(done.rebuilt.items()) for _ in range(n)])
         if done.fatal is not None:
             self._escalate(done.fatal)
+            return
+        if not budget_allows(self.history, 0, self.policy, self.now):
+            self._escalate(self._budget_message(f"rank(s) {sorted(done.rebuilt)} were replaced again during their init"))
             return
         if done.error is not None:  # transient: the same ranks try again, each attempt a restart
             self.init_not_before = self.now + max(RECOVERY_RETRY_MIN_S, self.policy.backoff_s(2))
@@ -282,13 +290,9 @@ class _Planner:
                 return
             self._charge(charged)
             return
-        self._charge([RestartRecord(r, reason, self.now) for r, (reason, n) in sorted(done.rebuilt.items()) for _ in range(n)])
-        if not budget_allows(self.history, 0, self.policy, self.now):  # the init had to replace ranks itself
-            self._escalate(self._budget_message(f"rank(s) {sorted(done.rebuilt)} were replaced again during their init"))
-            return
         for r in done.ranks:
             if self.ranks[r].state is WorkerState.INITIALIZING:
-                self._serve(r, replaced=self.ranks[r].replaced or r in done.rebuilt)
+                self._serve(r, replaced=self.ranks[r].replaced)
 
     def _serve(self, rank: int, replaced: bool) -> None:
         self._move(rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True)

@@ -25,7 +25,6 @@ from ..observability.log import get_logger
 from ..placement.standby import Replacement, ReplacementKind
 from .config import SupervisionConfig
 from .failures import is_transient
-from .init_policy import failures_per_rank
 from .lifecycle import InitGroupError, init_group
 from .reconcile import InitDone, InitOrder, Observation, ReplacementDone
 from .restart_policy import FailureReason
@@ -196,44 +195,59 @@ class InitTask:
 
     def __call__(self) -> InitDone:
         group, cfg, order = self.group, self.config, self.order
-        rebuilt: dict[int, tuple[FailureReason, int]] = {}
+        # Every actor this task replaces (a rank that cannot take the new rendezvous, an init that
+        # failed and runs again on a fresh actor, init_group's own rendezvous fallout) is a restart.
+        hooks = _CountingHooks(self.hooks)
         try:
             if order.propagate:
-                # A rank that cannot take the new rendezvous (dead or stuck) is replaced with it.
                 for r in group.propagate_rendezvous([r for r in order.ranks if r != 0]):
-                    self.hooks.on_worker_replaced(group.name, r, FailureReason.DIED.value)
-                    rebuilt[r] = (FailureReason.DIED, 1)
+                    hooks.on_worker_replaced(group.name, r, FailureReason.DIED.value)
                 assert group._rendezvous is not None
-                self.hooks.on_rendezvous_changed(
-                    group.name, group._rendezvous.master_addr, group._rendezvous.master_port
-                )
+                hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
             if order.run_init and cfg.init_method:
-                attempts = init_group(
-                    group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, self.hooks,
+                init_group(
+                    group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, hooks,  # type: ignore[arg-type]
                     sleep=self.runner.sleep, ranks=list(order.ranks), kill_on_failure=False,
                 )  # fmt: skip
-                for r, n in failures_per_rank(attempts).items():  # init_group replaced them: restarts too
-                    rebuilt[r] = (
-                        FailureReason.INIT_FAILED,
-                        rebuilt.get(r, (FailureReason.INIT_FAILED, 0))[1] + n,
-                    )
-            return InitDone(order.ranks, rebuilt)
+            return InitDone(order.ranks, hooks.rebuilt())
         except RecoveryStopped:
             raise
         except InitGroupError as exc:
             return InitDone(
                 order.ranks,
-                rebuilt,
+                hooks.rebuilt(),
                 fatal=f"replacement of rank(s) {list(order.ranks)} failed to initialise: {exc}",
             )
         except Exception as exc:
             if is_transient(exc):
-                return InitDone(order.ranks, rebuilt, error=first_line(exc))
+                return InitDone(order.ranks, hooks.rebuilt(), error=first_line(exc))
             return InitDone(
                 order.ranks,
-                rebuilt,
+                hooks.rebuilt(),
                 fatal=f"init of rank(s) {list(order.ranks)} failed: {type(exc).__name__}: {exc}",
             )
+
+
+class _CountingHooks:
+    """The hooks an init task reports through, counting the actors it replaced (each one a restart)."""
+
+    def __init__(self, hooks: LifecycleHooks) -> None:
+        self._hooks = hooks
+        self._replaced: list[tuple[int, FailureReason]] = []
+
+    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+        self._replaced.append((rank, FailureReason(reason)))
+        self._hooks.on_worker_replaced(group, rank, reason)
+
+    def rebuilt(self) -> dict[int, tuple[FailureReason, int]]:
+        """``{rank: (reason of its last replacement, replacements)}``."""
+        out: dict[int, tuple[FailureReason, int]] = {}
+        for rank, reason in self._replaced:
+            out[rank] = (reason, out.get(rank, (reason, 0))[1] + 1)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hooks, name)
 
 
 def _ask_node(handle: Any, timeout_s: float, what: str, runner: TaskRunner) -> str:

@@ -281,12 +281,7 @@ class GroupSupervisor:
             return
         now = self.clock()
         self._log_transitions(plan)
-        rebuilt = {
-            r: n
-            for obs in observations
-            if isinstance(obs, InitDone) and obs.fatal is None and obs.error is None
-            for r, (_, n) in obs.rebuilt.items()
-        }
+        rebuilt = {r: n for obs in observations if isinstance(obs, InitDone) for r, (_, n) in obs.rebuilt.items()}
         for obs in observations:
             if isinstance(obs, ReplacementDone):
                 self._reserved.pop(obs.rank, None)
