@@ -24,6 +24,7 @@ from ray.cluster_utils import Cluster
 
 from supervisor import (
     ClassWithInitArgs,
+    ConsoleProgressHooks,
     DataProto,
     Dispatch,
     InitPolicy,
@@ -35,7 +36,6 @@ from supervisor import (
     init_group,
     register,
 )
-from supervisor.observability.hooks import ConsoleProgressHooks
 
 
 class Counter(Worker):

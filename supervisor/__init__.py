@@ -51,7 +51,16 @@ from .supervision.restart_policy import RestartStrategy as RestartStrategy
 from .supervision.supervised_call import WorkerFailedError as WorkerFailedError
 from .version import __version__ as __version__
 
-_LAZY_PROTOCOL = ("DataProto", "DataProtoFuture", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto")
+# Loaded on first use (DataProto imports torch and tensordict; the daemon's modules import more than a
+# worker needs): name -> (module, attribute).
+_LAZY = {
+    **{name: ("core.protocol", name) for name in ("DataProto", "DataProtoFuture", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto")},
+    "ConsoleProgressHooks": ("observability.hooks", "ConsoleProgressHooks"),
+    "DriverContext": ("daemon.driver", "DriverContext"),
+    "KVStore": ("daemon.kv", "KVStore"),
+    "load_spec": ("daemon.spec", "load_spec"),
+    "serve_metrics": ("observability.metrics", "serve"),
+}
 
 __all__ = [
     "WorkerFailedError",
@@ -66,6 +75,9 @@ __all__ = [
     "ActorStartError",
     "ClassWithInitArgs",
     "ClusterUnavailableError",
+    "ConsoleProgressHooks",
+    "DriverContext",
+    "KVStore",
     "ConfigError",
     "DataProto",
     "DataProtoFuture",
@@ -94,6 +106,8 @@ __all__ = [
     "make_nd_compute_dataproto_dispatch_fn",
     "merge_resource_pool",
     "init_group",
+    "load_spec",
+    "serve_metrics",
     "pad_dataproto_to_divisor",
     "register",
     "register_dispatch_mode",
@@ -105,8 +119,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY_PROTOCOL:
-        from .core import protocol
+    if name in _LAZY:
+        import importlib
 
-        return getattr(protocol, name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attribute)
     raise AttributeError(f"module 'supervisor' has no attribute {name!r}")

@@ -32,13 +32,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from supervisor.core.protocol import DataProto
+from supervisor import DataProto
 
 from .reward import score
 
 if TYPE_CHECKING:
-    from supervisor import WorkerGroup
-    from supervisor.daemon.driver import DriverContext
+    from supervisor import DriverContext, WorkerGroup
 
 __all__ = ["DriverArgs", "UidMismatch", "main", "make_prompts", "check_uids"]
 

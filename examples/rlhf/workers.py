@@ -32,7 +32,7 @@ from supervisor import Dispatch, Worker, register
 if TYPE_CHECKING:
     import torch
 
-    from supervisor.core.protocol import DataProto
+    from supervisor import DataProto
 
 __all__ = ["LMConfig", "RolloutWorker", "ReferenceWorker", "item_seed"]
 
@@ -213,7 +213,7 @@ class RolloutWorker(_TinyLMWorker):
         """
         import torch
 
-        from supervisor.core.protocol import DataProto
+        from supervisor import DataProto
 
         _fault_in_call(self.rank)
         lm, cfg = self._model(), self.config
@@ -266,7 +266,7 @@ class ReferenceWorker(_TinyLMWorker):
         """
         import torch
 
-        from supervisor.core.protocol import DataProto
+        from supervisor import DataProto
 
         _fault_in_call(self.rank)
         lm, cfg = self._model(), self.config
