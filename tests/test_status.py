@@ -12,7 +12,7 @@ from supervisor.cli.status import (
     render_status,
     short_node,
 )
-from supervisor.daemon.daemon import ExitCode, StopReason, _restored_restarts
+from supervisor.daemon.daemon import ExitCode, StopReason
 from supervisor.daemon.record import (
     FailureEvent,
     GroupRecord,
@@ -22,6 +22,7 @@ from supervisor.daemon.record import (
     SupervisorRecord,
     liveness,
 )
+from supervisor.daemon.startup import restored_restarts as _restored_restarts
 from supervisor.supervision import RankStatus, WorkerState
 
 NOW = 1_800_000_000.0
