@@ -52,6 +52,9 @@ __all__ = ["GroupSupervisor", "GroupFailedError", "RankStatus"]
 
 log = get_logger("supervision")
 
+# While recovery tasks run, how often the loop looks at sentinels and probes between task outcomes.
+TASK_POLL_S = 0.01
+
 
 class GroupSupervisor:
     """Supervises one :class:`WorkerGroup` that created its actors (e.g. made by ``create_group``).
@@ -215,15 +218,16 @@ class GroupSupervisor:
             pending = bool(self.gate.reports or self._finished)
         if not pending:  # block until something happens, or the pass times out
             wait = detector.wait_s(timeout_s)
-            if self._tasks.running():
-                wait = min(wait, 0.05)  # a task's outcome is not a ref: look often while tasks run
             if self._wake_at is not None:
                 wait = max(0.0, min(wait, self._wake_at - self.clock()))
-            if refs:
+            if refs and not self._tasks.running():
                 ray.wait(refs, num_returns=1, timeout=wait)
             else:
+                # A task's outcome is not a ref: wait on the condition it notifies (a report wakes it
+                # too) and look at the refs again within TASK_POLL_S.
                 with self.gate.cond:
-                    self.gate.cond.wait(wait)
+                    if not (self.gate.reports or self._finished):
+                        self.gate.cond.wait(min(wait, TASK_POLL_S) if refs else wait)
         ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else []
         detected = detector.collect(ready)
         with self.gate.cond:
