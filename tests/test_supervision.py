@@ -86,8 +86,16 @@ def _supervised(tmp_path, process_on_nodes=(4,), use_gpu=False, hooks=None, **co
 
 def _teardown(pool, group, sup):
     sup.stop()
-    group.kill()
-    pool.teardown()
+    try:
+        # stop() ends the loop and every recovery task: no thread of this supervisor is left.
+        _wait(lambda: not _threads_of(group), timeout_s=10, what=f"the supervisor's threads to end: {_threads_of(group)}")
+    finally:
+        group.kill()
+        pool.teardown()
+
+
+def _threads_of(group):
+    return [t.name for t in threading.enumerate() if t.name in (f"supervisor-{group.name}",) or t.name.startswith(f"recovery-{group.name}-")]
 
 
 def _pid(group, rank):
