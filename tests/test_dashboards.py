@@ -473,7 +473,7 @@ def _base_name(series: str) -> str:
 
 def _metric_definitions() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Name (without _total) -> (type, label names) of every metric in supervisor.observability.metrics."""
-    from supervisor import metrics
+    from supervisor.observability import metrics
 
     found = {}
     for name in metrics.__all__:

@@ -15,7 +15,6 @@ import time
 
 import pytest
 
-from supervisor import metrics
 from supervisor.daemon.kv import (
     KV_ACTOR_NAME,
     KVStore,
@@ -27,6 +26,7 @@ from supervisor.daemon.kv import (
     _ranked,
 )
 from supervisor.errors import ClusterUnavailableError, ConfigError, SupervisorError
+from supervisor.observability import metrics
 
 SUPERVISOR = "kvtest"
 ACTOR_NS = f"supervisor.{SUPERVISOR}"

@@ -239,7 +239,7 @@ def test_every_dashboard_query_returns_data(scraped):
 
 
 def test_a_trainer_without_the_daemon_serves_the_same_metrics_in_one_call():
-    from supervisor import metrics
+    from supervisor.observability import metrics
 
     server = metrics.serve(0)
     try:

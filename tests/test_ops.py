@@ -186,7 +186,7 @@ def test_metric_name_extraction() -> None:
 
 
 def test_exported_metrics_match_the_registry() -> None:
-    from supervisor import metrics
+    from supervisor.observability import metrics
 
     families = {}
     for family in metrics.REGISTRY.collect():
