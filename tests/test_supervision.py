@@ -73,10 +73,12 @@ def _metric(name, **labels):
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def _supervised(tmp_path, process_on_nodes=(4,), use_gpu=False, hooks=None, **config):
+def _supervised(tmp_path, process_on_nodes=(4,), use_gpu=False, hooks=None, warm_up=False, **config):
     pool = ResourcePool(list(process_on_nodes), use_gpu=use_gpu, max_colocate_count=1)
     group = create_group(pool, ClassWithInitArgs(RolloutWorker, control_dir=str(tmp_path)))
     init_group(group, "init_model", policy=FAST_INIT)
+    if warm_up:  # the first DataProto call imports tensordict in every actor: seconds, not a hang
+        group.generate(_batch(4 * len(group.workers)))
     config.setdefault("init_method", "init_model")
     config.setdefault("init_policy", FAST_INIT)
     config.setdefault("probe_period_s", 1.0)
@@ -252,9 +254,8 @@ def test_crash_loop_stops_at_the_budget_and_fails_the_group(ray_cluster, tmp_pat
 
 def test_hung_rank_inside_a_call_is_detected_by_its_timeout_and_replaced(ray_cluster, tmp_path, no_leaks):
     hooks = RecordingHooks()
-    pool, group, sup = _supervised(tmp_path, hooks=hooks, call_timeout_s=8.0)
+    pool, group, sup = _supervised(tmp_path, hooks=hooks, call_timeout_s=8.0, warm_up=True)
     try:
-        group.generate(_batch(16))  # warm-up: the first DataProto call imports torch in every actor
         (tmp_path / "hang3").touch()
         started = time.monotonic()
         out = group.generate(_batch(16))

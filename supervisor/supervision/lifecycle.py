@@ -188,12 +188,8 @@ def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float, probe
         try:
             nodes[rank] = ray.get(ref)["node_id"]
         except ray.exceptions.RayError as exc:
-            kind = classify_error(exc)  # the shared classifier: say what kind of failure it was
-            problems[rank] = f"{_START_PROBLEM.get(kind, 'failed')}: {ray_error_line(exc)}"
+            problems[rank] = ray_error_line(exc)  # it names the kind: constructor raised, died, unavailable
     return nodes, problems
-
-
-_START_PROBLEM = {ErrorKind.INIT_FAILED: "constructor failed", ErrorKind.DIED: "died", ErrorKind.UNAVAILABLE: "unreachable"}
 
 
 def _wait_started(group: WorkerGroup, timeout_s: float, ranks: list[int] | None = None) -> dict[int, str]:
