@@ -135,7 +135,7 @@ class SupervisorRecord:
     warnings: list[str] = field(default_factory=list)  # e.g. CPU oversubscription, found at start
 
     def to_json(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=_enum_value).encode()
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)  # rank states are string enums.encode()
 
     @classmethod
     def from_json(cls, data: bytes | str) -> SupervisorRecord:
@@ -158,12 +158,6 @@ class SupervisorRecord:
 
     def heartbeat_age(self, now: float) -> float:
         return max(0.0, now - self.heartbeat_at)
-
-
-def _enum_value(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _rank(raw: dict[str, Any]) -> RankStatus:

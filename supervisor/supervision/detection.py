@@ -78,11 +78,11 @@ class Detector:
     def watch(self, rank: int, generation: int) -> None:
         """Start watching ``rank``'s current actor (after it started or re-joined)."""
         self.forget(rank)
-        self._sentinels[arm_sentinel(self.group.workers[rank], self.config.sentinel_hold_s)] = (
-            rank,
-            generation,
-        )
+        self._arm(rank, generation)
         self._next_probe[rank] = self.clock() + self.config.probe_period_s
+
+    def _arm(self, rank: int, generation: int) -> None:
+        self._sentinels[arm_sentinel(self.group.workers[rank], self.config.sentinel_hold_s)] = (rank, generation)
 
     def forget(self, rank: int) -> None:
         """Stop watching ``rank`` (its recovery task owns it now)."""
@@ -115,7 +115,7 @@ class Detector:
             if now >= at:
                 del self._rearm_at[rank]
                 if self._running().get(rank) == generation:
-                    self._sentinels[arm_sentinel(self.group.workers[rank], self.config.sentinel_hold_s)] = (rank, generation)
+                    self._arm(rank, generation)
         busy = {rank for rank, _, _ in self._probes.values()}
         for rank, generation in self._running().items():
             if rank not in busy and now >= self._next_probe.get(rank, 0.0):
@@ -183,10 +183,7 @@ class Detector:
             return [self._detected(rank, generation, FailureReason.DIED, first_line(exc))] if sentinel else []
         self._unavailable.answered((rank, generation))
         if sentinel:
-            self._sentinels[arm_sentinel(self.group.workers[rank], self.config.sentinel_hold_s)] = (
-                rank,
-                generation,
-            )
+            self._arm(rank, generation)
         elif isinstance(info, dict) and info.get("node_id"):
             self.node_updates[rank] = info["node_id"]
         return []
