@@ -17,6 +17,7 @@ __all__ = [
     "UnknownMethodError",
     "PlacementError",
     "ClusterUnavailableError",
+    "SupersededError",
     "first_line",
     "ray_error_line",
 ]
@@ -79,3 +80,8 @@ class GroupFailedError(SupervisorError):
 
 class ActorStartError(SupervisorError):
     """A rank's actor did not start (its constructor raised, or it did not come up in time)."""
+
+
+class SupersededError(SupervisorError):
+    """Another daemon took this supervisor over (this one was paused or cut off past its grace
+    period): what it asked for was refused, and it must touch nothing more."""

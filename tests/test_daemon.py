@@ -153,7 +153,7 @@ def live_state(name: str) -> tuple[dict[str, str], dict[str, str]]:
     }
     record = RecordStore().get(name)
     actors = {}
-    names = {"kv", *(n for g in record.groups.values() for n in [*g.actor_names, *(s.name for s in g.standbys)])} if record else set()
+    names = {"kv", "fence", *(n for g in record.groups.values() for n in [*g.actor_names, *(s.name for s in g.standbys)])} if record else set()
     for actor_name in sorted(names):
         try:  # by name within the supervisor's namespace: another supervisor may use the same names
             actor_id = ray.get_actor(actor_name, namespace=record.namespace)._actor_id.hex()
@@ -460,7 +460,7 @@ def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_
     assert re.search(r"^ sv-a: running, pid ", status.stdout, re.M), status.stdout
     dry = cli("gc", "--dry-run", "--address", cluster.address)
     assert re.fullmatch(
-        r"would remove supervisor sv-b \(heartbeat \d+s ago\): 2 placement group\(s\), 5 actor\(s\) and the record\n", dry.stdout
+        r"would remove supervisor sv-b \(silent for \d+s\): 2 placement group\(s\), 6 actor\(s\) and the record\n", dry.stdout
     ), dry.stdout
     assert live_state("sv-b") == (b_pgs, b_actors)
     collected = cli("gc", "--address", cluster.address)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from supervisor.cli.status import (
     DriftedRank,
     GroupStatus,
@@ -49,10 +51,11 @@ def test_record_round_trips_through_json():
     assert clone.groups["g"].ranks[1].drifted and not clone.groups["g"].ranks[0].drifted
 
 
-def test_liveness_by_heartbeat_age():
-    assert liveness(record(0.5), NOW) is Liveness.ALIVE
-    assert liveness(record(3.5), NOW) is Liveness.STALE  # more than three beats missed
-    assert liveness(record(31), NOW) is Liveness.ORPHANED  # past the grace period
+def test_liveness_by_silence_on_one_clock():
+    assert liveness(record(), 0.5) is Liveness.ALIVE
+    assert liveness(record(), 3.5) is Liveness.STALE  # more than three beats missed
+    assert liveness(record(), 31) is Liveness.ORPHANED  # past the grace period
+    assert liveness(dataclasses.replace(record(), state="detached"), 10**6) is Liveness.DETACHED  # never orphaned
 
 
 def test_restarts_in_window_and_restored_onto_this_clock():

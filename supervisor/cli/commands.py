@@ -128,23 +128,24 @@ def status(names: tuple[str, ...], address: str | None, as_json: bool) -> None:
 @_JSON
 def list_supervisors(address: str | None, as_json: bool) -> None:
     """List every supervisor known to the cluster, with its liveness."""
+    from ..daemon.fence import observed_silence
     from ..daemon.record import RecordStore, liveness
 
     now = time.time()
     with _connected(address):
-        records = RecordStore().all()
+        records = [(r, observed_silence(r, now)[0]) for r in RecordStore().all()]
     rows = [
         {
             "name": r.name,
-            "liveness": liveness(r, now).value,
+            "liveness": liveness(r, silent).value,
             "state": r.state,
             "pid": r.pid,
             "host": r.host,
-            "heartbeat_age_s": round(r.heartbeat_age(now), 1),
+            "heartbeat_age_s": round(silent, 1),
             "pools": sorted(r.pools),
             "groups": sorted(r.groups),
         }
-        for r in records
+        for r, silent in records
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -166,6 +167,8 @@ def list_supervisors(address: str | None, as_json: bool) -> None:
 def stop(name: str, address: str | None, timeout_s: float, detach: bool) -> None:
     """Ask the running daemon NAME to tear down (or, with --detach, to exit and leave the job to the next
     start, e.g. to upgrade the daemon), and wait until it has."""
+    from ..daemon.fence import observed_silence
+    from ..daemon.liveness import HeartbeatWatch
     from ..daemon.record import DaemonState, Liveness, RecordStore, liveness
 
     with _connected(address):
@@ -173,18 +176,23 @@ def stop(name: str, address: str | None, timeout_s: float, detach: bool) -> None
         record = store.get(name)
         if record is None:
             raise click.ClickException(f"no supervisor named {name!r} on this cluster (see `supervisor list`)")
-        if liveness(record, time.time()) is not Liveness.ALIVE:
-            raise click.ClickException(_not_running(record))
+        silent, _ = observed_silence(record, time.time())
+        if liveness(record, silent) is not Liveness.ALIVE:
+            raise click.ClickException(_not_running(record, silent))
         store.request_stop(name, record.owner, detach=detach)
         click.echo(f"asked supervisor {name} (pid {record.pid} on {record.host}) to stop; waiting...", err=True)
         started = time.monotonic()
         next_report = started + 5.0
+        # The daemon beats on while it tears down: watched on this process's own clock, its heartbeat
+        # tells a slow teardown (a checkpoint in a shutdown method) from a daemon that died.
+        watch = HeartbeatWatch()
         while True:
             current = store.get(name)
             if current is None or current.owner != record.owner or (detach and current.state == DaemonState.DETACHED.value):
                 break
-            if liveness(current, time.time()) is not Liveness.ALIVE:  # it died before finishing
-                raise click.ClickException(_not_running(current))
+            watch.observe(current.heartbeat_seq, time.monotonic())
+            if liveness(current, watch.silent_for(time.monotonic())) is not Liveness.ALIVE:  # it died before finishing
+                raise click.ClickException(_not_running(current, watch.silent_for(time.monotonic())))
             waited = time.monotonic() - started
             if waited > timeout_s:
                 raise click.ClickException(f"supervisor {name} did not finish its teardown within {timeout_s:g}s (state {current.state})")
@@ -195,11 +203,12 @@ def stop(name: str, address: str | None, timeout_s: float, detach: bool) -> None
     click.echo(f"supervisor {name} detached: its pools and workers run on; start it again to re-adopt them" if detach else f"supervisor {name} stopped")
 
 
-def _not_running(record: Any) -> str:
-    age = record.heartbeat_age(time.time())
+def _not_running(record: Any, silent_s: float) -> str:
+    if record.detached:
+        return f"supervisor {record.name} is detached (its daemon exited {silent_s:.0f}s ago): start its spec to re-adopt the job"
     return (
-        f"supervisor {record.name} is not running (last heartbeat {age:.0f}s ago); "
-        f"`supervisor gc` removes what it left once its heartbeat is {record.orphan_grace_s:g}s old"
+        f"supervisor {record.name} is not running (last heartbeat {silent_s:.0f}s ago); "
+        f"`supervisor gc` removes what it left once it has been silent for {record.orphan_grace_s:g}s"
     )
 
 
@@ -237,38 +246,61 @@ def doctor(spec_path: str | None, address: str | None, as_json: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 @click.option(
     "--grace", "grace_s", type=float, default=None,
-    help="Heartbeat age that makes a supervisor orphaned (default: its own orphan_grace_s); a live daemon is never collected.",
+    help="Silence that makes a supervisor orphaned (default: its own orphan_grace_s); a live daemon is never collected.",
 )  # fmt: skip
-def gc(address: str | None, dry_run: bool, grace_s: float | None) -> None:
-    """Remove the pools and actors of supervisors whose daemon is gone (heartbeat older than the grace
-    period), and their records. Running supervisors are never touched."""
-    from ..daemon.ownership import find_owned, remove_owned
+@click.option(
+    "--include-detached", is_flag=True,
+    help="Also collect detached jobs (left by `stop --detach` for the next start) younger than their detached_grace_s.",
+)  # fmt: skip
+def gc(address: str | None, dry_run: bool, grace_s: float | None, include_detached: bool) -> None:
+    """Remove the pools and actors of supervisors whose daemon is gone (silent for longer than the grace
+    period), and their records. Running supervisors are never touched; detached ones only once older
+    than their detached_grace_s, or with --include-detached."""
+    import uuid
+
+    from ..daemon.fence import ClaimVerdict, OwnerFence, observed_silence
+    from ..daemon.ownership import find_owned
     from ..daemon.record import Liveness, RecordStore, liveness
+    from ..errors import SupersededError
 
     now = time.time()
     found = 0
     with _connected(address):
         store = RecordStore()
         for record in store.all():
-            age = record.heartbeat_age(now)
-            state = liveness(record, now)
-            # A live heartbeat is never collected, whatever --grace says.
-            orphaned = state is Liveness.ORPHANED if grace_s is None else (state is not Liveness.ALIVE and age > grace_s)
-            if not orphaned:
-                continue
+            silent, _ = observed_silence(record, now)
+            state = liveness(record, silent)
+            if state is Liveness.DETACHED:
+                if not include_detached and silent <= record.detached_grace_s:
+                    click.echo(
+                        f"kept supervisor {record.name}: detached {silent:.0f}s ago, for the next start to re-adopt "
+                        f"(collected after {record.detached_grace_s:g}s, or with --include-detached)"
+                    )
+                    continue
+            elif state is not Liveness.ORPHANED and (grace_s is None or state is Liveness.ALIVE or silent <= grace_s):
+                continue  # a live heartbeat is never collected, whatever --grace says
             found += 1
             owned = find_owned(record.name)
             what = f"{len(owned.placement_groups)} placement group(s), {len(owned.actors)} actor(s) and the record"
             if dry_run:
-                click.echo(f"would remove supervisor {record.name} (heartbeat {age:.0f}s ago): {what}")
+                click.echo(f"would remove supervisor {record.name} (silent for {silent:.0f}s): {what}")
                 continue
-            again = store.get(record.name)
-            if again is None or (again.owner, again.heartbeat_at) != (record.owner, record.heartbeat_at):
+            # gc takes the supervisor over like a new start would: from then on its old daemon, if it
+            # comes back, is refused everything; a daemon that took it over meanwhile makes the claim fail.
+            fence = OwnerFence(record.name)
+            verdict, before = fence.claim(
+                f"gc-{uuid.uuid4().hex}", record.orphan_grace_s, record.heartbeat_interval_s, record=record, grace_override_s=grace_s
+            )
+            if verdict is not ClaimVerdict.GRANTED:
+                click.echo(f"skipped supervisor {record.name}: a daemon owns it (heard from {before.silent_s:.1f}s ago)")
+                continue
+            try:
+                fence.remove_owned(find_owned(record.name))
+                fence.retire()
+            except SupersededError:
                 click.echo(f"skipped supervisor {record.name}: a daemon took it over meanwhile")
                 continue
-            remove_owned(record.name, owned)
-            store.delete(record.name)
-            click.echo(f"removed supervisor {record.name} (heartbeat {age:.0f}s ago): {what}")
+            click.echo(f"removed supervisor {record.name} (silent for {silent:.0f}s): {what}")
     if not found:
         click.echo("nothing to collect: no orphaned supervisors")
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..daemon.fence import observed_silence
 from ..daemon.record import Liveness, RecordStore, SupervisorRecord, liveness
 from ..placement.budget import bundle_misfits, cluster_misfits
 from ..placement.resources import (
@@ -46,6 +47,7 @@ class FindingKind(enum.Enum):
     BUDGET = "budget misfit"
     LEAKED_PLACEMENT_GROUP = "leaked placement group"
     ORPHANED_SUPERVISOR = "orphaned supervisor"
+    DETACHED_SUPERVISOR = "detached supervisor"
     INIT_FAILING = "init failing"
     RESTARTS = "restarts"
     DRIFT = "placement drift"
@@ -62,6 +64,7 @@ _PHASE = {
     FindingKind.BUDGET: Phase.BEFORE_SCHEDULING,
     FindingKind.LEAKED_PLACEMENT_GROUP: Phase.BEFORE_SCHEDULING,
     FindingKind.ORPHANED_SUPERVISOR: Phase.BEFORE_SCHEDULING,
+    FindingKind.DETACHED_SUPERVISOR: Phase.BEFORE_SCHEDULING,
     FindingKind.INIT_FAILING: Phase.DURING_INIT,
     FindingKind.RESTARTS: Phase.AFTER_START,
     FindingKind.DRIFT: Phase.AFTER_START,
@@ -101,12 +104,20 @@ class DoctorFacts:
     spec_bundle_misfits: list[tuple[str, str]] = field(default_factory=list)
     spec_pool_totals: dict[str, dict[str, float]] = field(default_factory=dict)
     kv_timeouts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # supervisor -> namespace -> stats
+    # supervisor -> for how long its daemon has been silent (its fence's clock); absent: the record's age
+    silences: dict[str, float] = field(default_factory=dict)
+
+    def silence(self, record: SupervisorRecord) -> float:
+        return self.silences.get(record.name, record.heartbeat_age(self.now))
+
+    def liveness(self, record: SupervisorRecord) -> Liveness:
+        return liveness(record, self.silence(record))
 
 
 def diagnose(facts: DoctorFacts) -> list[Finding]:
     """Every finding, in phase order (pure)."""
     findings: list[Finding] = []
-    live = {r.name for r in facts.records if liveness(r, facts.now) is Liveness.ALIVE}
+    live = {r.name for r in facts.records if facts.liveness(r) is Liveness.ALIVE}
     # -- before scheduling
     for pg in facts.snapshot.placement_groups:
         if pg.state != "PENDING":
@@ -127,12 +138,23 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
     for misfit in cluster_misfits(facts.spec_pool_totals, facts.snapshot.total) if facts.spec_pool_totals else []:
         findings.append(Finding(FindingKind.BUDGET, "cluster", misfit, "make the pools smaller or the cluster bigger"))
     for record in facts.records:
-        if liveness(record, facts.now) is Liveness.ORPHANED:
+        state = facts.liveness(record)
+        if state is Liveness.ORPHANED:
             findings.append(
                 Finding(
                     FindingKind.ORPHANED_SUPERVISOR, record.name,
-                    f"daemon gone for {record.heartbeat_age(facts.now):.0f}s (pid {record.pid} on {record.host}); its pools still hold resources",
+                    f"daemon gone for {facts.silence(record):.0f}s (pid {record.pid} on {record.host}); its pools still hold resources",
                     "start it again with its spec to re-adopt, or `supervisor gc` to remove what it left",
+                )  # fmt: skip
+            )
+        elif state is Liveness.DETACHED:
+            findings.append(
+                Finding(
+                    FindingKind.DETACHED_SUPERVISOR, record.name,
+                    f"daemon detached {facts.silence(record):.0f}s ago (pid {record.pid} on {record.host}); its pools and workers "
+                    "run on, waiting for the next start",
+                    f"start it again with its spec to re-adopt; `supervisor gc` collects it only after {record.detached_grace_s:g}s "
+                    "(detached_grace_s) or with --include-detached",
                 )  # fmt: skip
             )
     for pg in facts.snapshot.placement_groups:
@@ -254,7 +276,8 @@ def gather_facts(spec: Any = None) -> DoctorFacts:
     snapshot = read_snapshot()
     records = RecordStore().all()
     facts = DoctorFacts(now, snapshot, records, {}, read_detached_dead_creator(), _cluster_ray_version())
-    facts.kv_timeouts = {r.name: _kv_timeouts(r) for r in records if liveness(r, now) is Liveness.ALIVE}
+    facts.silences = {r.name: observed_silence(r, now)[0] for r in records}
+    facts.kv_timeouts = {r.name: _kv_timeouts(r) for r in records if facts.liveness(r) is Liveness.ALIVE}
     if spec is not None:
         facts.spec_bundle_misfits = [(f"{spec.name}/{pool}", a) for pool, a in bundle_misfits(spec.bundles(), spec.worker_budgets())]
         used = {g.pool for g in spec.groups.values()}

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..daemon.fence import observed_silence
 from ..daemon.record import Liveness, RecordStore, SupervisorRecord, liveness
 from ..supervision import WorkerState
 
@@ -84,12 +85,16 @@ class SupervisorStatus:
     host: str
     started_at: float
     heartbeat_at: float
-    heartbeat_age_s: float
+    heartbeat_age_s: float  # silent for this long, on the owner fence's clock when measured_by_fence
     metrics_address: str | None
     pools: list[PoolStatus]
     groups: list[GroupStatus]
     failures: list[FailureLine]
     warnings: list[str] = field(default_factory=list)
+    measured_by_fence: bool = True  # else: the record's wall-clock age by this machine's clock
+    record_write_failures: int = 0
+    last_record_write_error: str | None = None
+    detached_grace_s: float = 0.0
 
 
 @dataclass
@@ -133,7 +138,9 @@ def collect_status(now: float, names: list[str] | None = None) -> StatusReport:
 def _supervisor_status(
     record: SupervisorRecord, now: float, pgs: dict[str, dict[str, Any]], live_actors: set[tuple[str | None, str]]
 ) -> SupervisorStatus:
-    alive = liveness(record, now) is Liveness.ALIVE
+    silent, measured = observed_silence(record, now)
+    state = liveness(record, silent)
+    alive = state is Liveness.ALIVE
     pools = [
         PoolStatus(p.name, [_pg_status(n, pgs.get(n)) for n in [*p.placement_groups, *filter(None, [p.spare_placement_group])]])
         for p in record.pools.values()
@@ -159,8 +166,9 @@ def _supervisor_status(
         )
     failures = [FailureLine(f.time, f.group, f.rank, f.reason, f.detail) for f in record.failures]
     return SupervisorStatus(
-        record.name, liveness(record, now).value, record.state, record.pid, record.host, record.started_at, record.heartbeat_at,
-        record.heartbeat_age(now), record.metrics_address, pools, groups, failures, list(record.warnings),
+        record.name, state.value, record.state, record.pid, record.host, record.started_at, record.heartbeat_at,
+        silent, record.metrics_address, pools, groups, failures, list(record.warnings), measured,
+        record.record_write_failures, record.last_record_write_error, record.detached_grace_s,
     )  # fmt: skip
 
 
@@ -228,13 +236,10 @@ def render_status(report: StatusReport) -> str:
     sup_items = [
         f"{s.name}: {s.state}, pid {s.pid} on {s.host}, up {_duration(now - s.started_at)}, heartbeat {s.heartbeat_age_s:.1f}s ago"
         + (f", metrics on {s.metrics_address}" if s.metrics_address else "")
+        + (f"; {s.record_write_failures} record write(s) failed, last: {s.last_record_write_error}" if s.record_write_failures else "")
         for s in running
     ]
-    down_items = [
-        f"{s.name}: daemon not running since {_when(s.heartbeat_at)} (last heartbeat {_duration(s.heartbeat_age_s)} ago, pid {s.pid} on {s.host})"
-        + ("; orphaned: `supervisor gc` removes its pools and actors" if s.liveness == Liveness.ORPHANED.value else "")
-        for s in down
-    ]
+    down_items = [_down_item(s) for s in down]
     pool_subsections: list[tuple[str | None, list[str], str]] = []
     group_subsections: list[tuple[str | None, list[str], str]] = []
     failures: list[str] = []
@@ -272,6 +277,18 @@ def render_status(report: StatusReport) -> str:
     warnings = [f"{s.name}: {w}" for s in report.supervisors for w in s.warnings]
     lines += _section("Resources", [("Pending Demands", demands, "resource demands"), ("Warnings", warnings, "warnings")])
     return "\n".join(lines)
+
+
+def _down_item(s: SupervisorStatus) -> str:
+    seen = f"{_duration(s.heartbeat_age_s)} ago" + ("" if s.measured_by_fence else " by the daemon's clock")
+    where = f"pid {s.pid} on {s.host}"
+    if s.liveness == Liveness.DETACHED.value:
+        return (
+            f"{s.name}: detached {seen} ({where}); its pools and workers run on: start the same spec to re-adopt them "
+            f"(`supervisor gc` collects it after {_duration(s.detached_grace_s)}, or with --include-detached)"
+        )
+    text = f"{s.name}: daemon not running since {_when(s.heartbeat_at)} (last heartbeat {seen}, {where})"
+    return text + ("; orphaned: `supervisor gc` removes its pools and actors" if s.liveness == Liveness.ORPHANED.value else "")
 
 
 def _bundle_text(bundles: list[dict[str, float]]) -> str:

@@ -9,10 +9,12 @@ re-attach to a detached group with :meth:`WorkerGroup.from_detached`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ClusterUnavailableError, ConfigError, UnknownMethodError
+from ..fencing import UNFENCED, Fence
 from ..observability.log import get_logger
 from ..placement.layout import BundleRef, BundleSlot, actor_name, validate_name_prefix
 from ..placement.pool import PlacementStrategy, ResourcePool
@@ -105,6 +107,7 @@ class WorkerGroup:
         self.worker_env = check_user_env(worker_env)
         self.fused_worker_used = False
         self.sub_cls_name = ""
+        self.on_rendezvous_picked: Callable[[Rendezvous], None] | None = None
         self._workers: list[Any] = []
         self._worker_names: list[str] = []
         self._slots: list[BundleSlot] = []  # each rank's identity in the layout (LOCAL_RANK, ...)
@@ -386,7 +389,7 @@ class WorkerGroup:
             info = ray.get(standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s)
         except BaseException:
             self._bundles[rank] = previous
-            kill_actor_quietly(standby.handle)
+            self.fence.kill_actors([standby.handle])
             raise
         self._workers[rank] = standby.handle
         self._worker_names[rank] = standby.name
@@ -415,7 +418,7 @@ class WorkerGroup:
         """Forget (and kill) the standby in ``bundle``, e.g. because it died."""
         standby = self._standbys.pop(bundle, None)
         if standby is not None:
-            kill_actor_quietly(standby.handle)
+            self.fence.kill_actors([standby.handle])
 
     def all_bundles(self) -> list[BundleRef]:
         """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
@@ -449,7 +452,7 @@ class WorkerGroup:
             raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
 
     def _kill_rank(self, rank: int) -> None:
-        kill_actor_quietly(self._workers[rank])
+        self.fence.kill_actors([self._workers[rank]])
         self.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
 
     def _wait_name_released(self, name: str, timeout_s: float) -> None:
@@ -475,6 +478,10 @@ class WorkerGroup:
         first = self._bundles[0]
         previous = self._rendezvous.master_port if self._rendezvous else None
         self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous)
+        if self.on_rendezvous_picked is not None:
+            # Before any actor has it: an owner that persists the rendezvous (the daemon's record)
+            # must know it first, or a crash now would leave a rank 0 nobody knows the address of.
+            self.on_rendezvous_picked(self._rendezvous)
         return self._rendezvous
 
     def propagate_rendezvous(self, survivors: list[int], timeout_s: float = 60.0) -> list[int]:
@@ -598,6 +605,11 @@ class WorkerGroup:
         return GroupPlacement(list(self._worker_names), list(self._bundles), {b: s.name for b, s in self._standbys.items()})
 
     @property
+    def fence(self) -> Fence:
+        """Through what the group kills its actors: its pool's owner fence (a daemon's), else directly."""
+        return self.resource_pool.owner_fence if self.resource_pool is not None else UNFENCED
+
+    @property
     def master_address(self) -> str | None:
         return self._rendezvous.master_addr if self._rendezvous else None
 
@@ -623,16 +635,7 @@ class WorkerGroup:
         self._standbys = {}
         if not ray.is_initialized():
             return
-        for worker in workers:
-            kill_actor_quietly(worker)
+        self.fence.kill_actors(workers)
         if workers:
             log.info("group_killed", group=self.name_prefix, actors=len(workers))
 
-
-def kill_actor_quietly(actor: Any) -> None:
-    import ray
-
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception as exc:  # already dead, or the cluster is gone
-        log.debug("actor_kill_failed", actor=str(actor), error=str(exc))

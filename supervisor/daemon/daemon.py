@@ -8,14 +8,17 @@ Life of a daemon (:meth:`Daemon.run`)::
                                                                                              v
                     exit code <── remove everything owned, delete the record <── STOPPING
 
-* Claim: a record with a live heartbeat means another daemon of that name runs: refuse. A record
-  whose daemon is gone is taken over, and its pools and workers are re-adopted (same placement groups,
-  healthy actors untouched); anything it owned that the spec no longer describes is removed.
+* Claim: the owner fence (:mod:`.fence`) refuses while another daemon of that name is heard from;
+  one that is gone is taken over, and its pools and workers are re-adopted (same placement groups,
+  healthy actors untouched); anything it owned that the spec no longer describes is removed. The
+  claim's generation fences everything this daemon writes or destroys from then on.
 * While it runs, a heartbeat thread rewrites the state record every ``heartbeat_interval_s`` (what
   ``supervisor status`` reads) and watches for ``supervisor stop``; the GroupSupervisors detect,
-  replace and report; the driver (if any) runs in its own thread.
+  replace and report, writing every rank state change to the record as it happens; the driver (if
+  any) runs in its own thread.
 * Every way out except SIGKILL goes through teardown, which ends with a sweep of everything the
-  supervisor owns by name, so nothing is left behind even after a half-finished start.
+  supervisor owns by name, so nothing is left behind even after a half-finished start. A refusal
+  from the fence at any point means another daemon owns the job now: everything is left to it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ..observability.log import get_logger
 from ..supervision import GroupState
 from .claim import AlreadyRunningError, claim
 from .cluster import connect
+from .fence import OwnerFence
 from .heartbeat import Heartbeat
 from .job import Job
 from .record import DaemonState, RecordStore
@@ -74,6 +78,7 @@ class Daemon:
         self.install_signal_handlers = install_signal_handlers
         self.driver_stop_grace_s = driver_stop_grace_s
         self.job = Job(spec, owner=uuid.uuid4().hex)
+        self.job.fence = OwnerFence(spec.name, on_superseded=lambda error: self.request_stop(StopReason.SUPERSEDED))
         self._interruptible = False  # a stop signal unwinds start-up only while this is set
         self._linger_cut = threading.Event()
         self._stop_event = threading.Event()
@@ -96,6 +101,7 @@ class Daemon:
                 signal.signal(signal.SIGINT, self._on_signal)
             self._start_metrics()
             claim(job, self.address, self._metrics_address(), _ray_version())
+            job.hooks.persist = job.persist  # from now on every rank state change is written at once
         except Exception as exc:  # nothing of this supervisor was touched yet
             log.error("daemon_not_started", supervisor=self.spec.name, error=first_line(exc, limit=None))
             self._stop_metrics()
@@ -232,6 +238,9 @@ class Daemon:
         self._stop_event.set()
         log.info("teardown_started", supervisor=self.spec.name, reason=reason.value, scope=scope.value, error=self._error)
         tear_down(job, reason, scope, self.driver_stop_grace_s, self._heartbeat.stop)
+        assert job.fence is not None
+        if job.fence.superseded is not None:  # found out while stopping: everything was left alone
+            reason = StopReason.SUPERSEDED
         code = reason.exit_code
         self._linger_metrics(code)
         self._stop_metrics()

@@ -1,5 +1,6 @@
 """The heartbeat: rewrites the state record every ``heartbeat_interval_s`` (what ``supervisor status``
-reads), notices a takeover and ``supervisor stop``, and re-checks CPU oversubscription."""
+reads) until the teardown ends, learns of a takeover from the owner fence's refusal, notices
+``supervisor stop``, and re-checks CPU oversubscription."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import first_line
+from ..errors import SupersededError, first_line
 from ..observability.log import get_logger
 from .job import Job
 from .record import DaemonState
@@ -45,16 +46,19 @@ class Heartbeat:
         assert job.store is not None
         interval = job.spec.supervisor.heartbeat_interval_s
         next_cpu_check = time.monotonic() + OVERSUBSCRIPTION_RECHECK_S
+        # Beats on through the teardown (state "stopping"), so `supervisor stop` waits for a slow
+        # shutdown method and nobody takes over a job that is still being torn down.
         while not self._stop.wait(interval):
             try:
-                current = job.superseded_by()
-                if current is not None:
-                    # Another daemon took over (this one was paused past its grace period): it owns
-                    # everything now, so stop supervising and touch nothing.
-                    log.error("superseded", supervisor=job.spec.name, by_pid=current.pid, by_host=current.host)
-                    self.request_stop(StopReason.SUPERSEDED)
-                    return
                 job.write_record()
+            except SupersededError:
+                # Another daemon took over (this one was paused past its grace period): it owns
+                # everything now, so stop supervising and touch nothing.
+                self.request_stop(StopReason.SUPERSEDED)
+                return
+            except Exception:  # a GCS hiccup must not end the heartbeat (logged and counted); retry
+                continue
+            try:
                 self._publish_pool_bundles()
                 if job.phase is DaemonState.RUNNING and time.monotonic() >= next_cpu_check:
                     warn_cpu_oversubscription(job)

@@ -1,32 +1,44 @@
 """What one daemon runs and owns: the job's pools, groups, driver and KV store, and its state record.
 
 The daemon's parts (:mod:`.claim`, :mod:`.startup`, :mod:`.heartbeat`, :mod:`.teardown`) share one
-:class:`Job`; its lock guards the record, which the heartbeat, the driver's ``save_progress`` and the
-teardown all write.
+:class:`Job`; its lock guards the record, which the heartbeat, the supervisors (at every rank state
+change), the driver's ``save_progress`` and the teardown all write, each write through the owner
+fence (:mod:`.fence`).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.group import WorkerGroup
+from ..errors import SupersededError, SupervisorError, first_line
 from ..observability.hooks import ObservingHooks
+from ..observability.log import get_logger
 from ..placement.pool import ResourcePool
 from ..supervision import GroupSupervisor
 from ..supervision.init_policy import RankAttempt
 from ..supervision.restart_policy import within_window
 from .driver import DriverRun
+from .fence import OwnerFence
 from .kv import KVStore
 from .record import DaemonState, FailureEvent, GroupRecord, RecordStore, StandbyRecord, SupervisorRecord
 from .spec import GroupSpec, SupervisorSpec
 
-__all__ = ["Job", "ManagedGroup", "DaemonHooks", "RECENT_FAILURES"]
+__all__ = ["Job", "ManagedGroup", "DaemonHooks", "RECENT_FAILURES", "ProgressNotSerializableError", "check_progress"]
+
+log = get_logger("daemon")
 
 RECENT_FAILURES = 20  # failure events kept in the record for `supervisor status`
+
+
+class ProgressNotSerializableError(SupervisorError, TypeError):
+    """``save_progress`` got something JSON cannot hold; the message names the key."""
 
 
 class DaemonHooks(ObservingHooks):
@@ -34,6 +46,12 @@ class DaemonHooks(ObservingHooks):
 
     def __init__(self) -> None:
         self.failures: deque[FailureEvent] = deque(maxlen=RECENT_FAILURES)
+        # Writes the record now: set by the job once it has one.
+        self.persist: Callable[[], None] | None = None
+
+    def on_supervision_changed(self, group: str) -> None:
+        if self.persist is not None:
+            self.persist()
 
     def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
         super().on_worker_failed(group, rank, reason, detail, detection_s)
@@ -64,6 +82,8 @@ class Job:
         record: this incarnation's record (None before the claim and once deleted at teardown).
         previous: the record an earlier incarnation left (its job is re-adopted).
         phase: where the daemon's life is (the record's ``state``).
+        fence: this incarnation's hold on the supervisor (set by the claim); every record write and
+            destructive action goes through it.
     """
 
     spec: SupervisorSpec
@@ -77,6 +97,9 @@ class Job:
     groups: list[ManagedGroup] = field(default_factory=list)
     driver: DriverRun | None = None
     kv: KVStore | None = None
+    fence: OwnerFence | None = None
+    # Serialises record writes, so they reach the fence in the order their contents were taken.
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
     # Re-entrant: a signal handler runs on the main thread, possibly while it holds the lock.
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -90,32 +113,94 @@ class Job:
             assert self.record is not None
             self.record.groups[record.name] = record
 
-    def write_record(self) -> None:
-        """Write the record with the live state of every supervised group and a fresh heartbeat."""
-        if self.store is None or self.record is None:
+    def write_record(self, state: DaemonState | None = None) -> None:
+        """Write the record with the live state of every supervised group and a fresh heartbeat.
+
+        Raises:
+            SupersededError: another daemon owns the supervisor now; nothing was written.
+            Exception: the write failed (a GCS hiccup); it is counted, logged and shown by status.
+        """
+        if self.store is None or self.record is None or self.fence is None:
             return
-        with self.lock:
-            self.record.heartbeat_at = time.time()
-            self.record.state = self.phase.value
-            self.record.failures = list(self.hooks.failures)
-            for m in self.groups:
-                self.record.groups[m.name] = group_record(m, self.record.groups.get(m.name))
-            data = self.record.to_json()
-        self.store.put(SupervisorRecord.from_json(data))
+        with self.write_lock:
+            with self.lock:
+                if self.record is None:  # deleted by the teardown meanwhile
+                    return
+                record = self.record
+                record.heartbeat_at = time.time()
+                record.heartbeat_seq += 1
+                record.state = (state or self.phase).value
+                record.failures = list(self.hooks.failures)
+                for m in self.groups:
+                    record.groups[m.name] = group_record(m, record.groups.get(m.name))
+                data, seq = record.to_json(), record.heartbeat_seq
+            try:
+                self.fence.write_record(data, seq, detached=record.state == DaemonState.DETACHED.value)
+            except SupersededError:
+                raise
+            except Exception as exc:
+                with self.lock:
+                    record.record_write_failures += 1
+                    record.last_record_write_error = first_line(exc)
+                log.warning("record_write_failed", failures=record.record_write_failures, error=first_line(exc))
+                raise
+
+    def persist(self) -> None:
+        """Write the record now because a rank's state or the rendezvous changed (called before the
+        change is visible to any actor): a crash right after must find it recorded. A failed write is
+        logged and counted; the heartbeat writes again."""
+        try:
+            self.write_record()
+        except SupersededError:
+            pass  # the fence told the daemon to stop; the supervisor's next destructive call fails too
+        except Exception:
+            pass  # counted and logged by write_record
 
     def save_progress(self, progress: dict[str, Any]) -> None:
-        """The driver's ``ctx.save_progress``: kept in the record for a restarted daemon's driver."""
+        """The driver's ``ctx.save_progress``: kept in the record for a restarted daemon's driver.
+
+        Raises:
+            ProgressNotSerializableError: a value JSON cannot hold (named by its key).
+            SupersededError: another daemon took the supervisor over; the progress is not saved.
+        """
+        check_progress(progress)
         with self.lock:
             if self.record is None:  # torn down already
                 return
-            self.record.driver_progress = dict(progress)
+            self.record.driver_progress = json.loads(json.dumps(progress))
         self.write_record()
 
-    def superseded_by(self) -> SupervisorRecord | None:
-        """The record of the daemon that took this one's over, if one did."""
-        assert self.store is not None
-        current = self.store.get(self.spec.name)
-        return current if current is not None and current.owner != self.owner else None
+
+def check_progress(progress: Any) -> None:
+    """Raise :class:`ProgressNotSerializableError` naming the first value JSON cannot hold (pure)."""
+    if not isinstance(progress, dict):
+        raise ProgressNotSerializableError(f"save_progress takes a dict, got {type(progress).__name__}")
+    problem = _json_problem(progress, "progress")
+    if problem is not None:
+        raise ProgressNotSerializableError(f"save_progress: {problem}")
+
+
+def _json_problem(value: Any, path: str) -> str | None:
+    if value is None or isinstance(value, bool | str):
+        return None
+    if isinstance(value, int | float):  # numpy's float64 is a float; its int64 is not an int
+        return None if value == value and abs(value) != float("inf") else f"{path} is {value!r}, which JSON cannot hold"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has the key {key!r} ({type(key).__name__}); JSON keys are strings"
+            problem = _json_problem(item, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problem = _json_problem(item, f"{path}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+    return f"{path} is a {kind} ({value!r}), which JSON cannot hold: convert it (e.g. int(...), float(...), str(...))"
 
 
 def group_record(m: ManagedGroup, base: GroupRecord | None) -> GroupRecord:
@@ -125,7 +210,6 @@ def group_record(m: ManagedGroup, base: GroupRecord | None) -> GroupRecord:
     window = sup.config.restart.restart_window_s
     record = base or GroupRecord(m.name, m.spec.pool, m.spec.worker_class, list(m.group.worker_names))
     record.state = sup.state.value
-    record.initialized = True
     record.master_addr = m.group.master_address
     record.master_port = int(m.group.master_port) if m.group.master_port else None
     record.actor_names = list(m.group.worker_names)

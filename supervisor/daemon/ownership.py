@@ -4,7 +4,8 @@ A supervisor named ``N`` owns exactly the placement groups whose names start wit
 prefixes are ``N.<pool>``; supervisor names contain no dot, so no other supervisor's names match) and
 the named actors in the Ray namespace ``supervisor.N``. Finding them by name rather than from the state
 record alone means nothing is missed when a daemon died between creating something and recording it.
-Teardown, ``supervisor gc`` and a restarted daemon's reconciliation all use these two functions.
+Teardown, ``supervisor gc`` and a restarted daemon's reconciliation all find what to remove with
+:func:`find_owned`, and remove it through the owner fence (:mod:`.fence`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from dataclasses import dataclass, field
 
 from ..observability.log import get_logger
 
-__all__ = ["Owned", "find_owned", "remove_owned", "namespace_of", "pool_prefix_of"]
+__all__ = ["Owned", "find_owned", "remove_owned", "namespace_of", "pool_prefix_of", "HEAD_RESOURCE"]
 
 log = get_logger("ownership")
+
+HEAD_RESOURCE = "node:__internal_head__"
+"""Every Ray head node has this resource: a tiny demand of it pins the supervisor's own actors (the
+KV store, the owner fence) to the head, whose loss ends the cluster anyway."""
 
 
 def namespace_of(supervisor: str) -> str:
@@ -56,7 +61,9 @@ def find_owned(supervisor: str) -> Owned:
 
 
 def remove_owned(supervisor: str, owned: Owned) -> None:
-    """Kill the named actors and remove the placement groups in ``owned`` (both idempotent)."""
+    """Kill the named actors and remove the placement groups in ``owned`` (both idempotent), without
+    asking the owner fence: for test harnesses cleaning up after themselves. Daemons and ``gc`` remove
+    through :meth:`supervisor.daemon.fence.OwnerFence.remove_owned`."""
     import ray
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 

@@ -6,8 +6,9 @@ failures), and what lets a daemon started again after a crash re-adopt its pools
 of creating new ones. It is deleted on a clean exit; a record whose heartbeat has gone stale belongs to
 a daemon that is gone, and its pools are orphans (``supervisor gc`` removes them).
 
-Records live in Ray's GCS key-value store (namespace ``ray_supervisor``), so they need no actor of
-their own and survive any process but the cluster's head.
+Records live in Ray's GCS key-value store (namespace ``ray_supervisor``), so anyone connected can
+read them, and they survive any process but the cluster's head. Only the supervisor's owner fence
+writes or deletes them (:mod:`.fence`), so a superseded daemon cannot overwrite its successor's.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from typing import Any
 
 from ..supervision.restart_policy import RestartPolicy, within_window
 from ..supervision.states import RankStatus, WorkerState
+from .liveness import Liveness, ProcessIdentity, judge
 
 __all__ = [
     "DaemonState",
     "Liveness",
+    "DEFAULT_DETACHED_GRACE_S",
     "GroupRecord",
     "StandbyRecord",
     "PoolRecord",
@@ -36,7 +39,9 @@ __all__ = [
 KV_NAMESPACE = "ray_supervisor"
 _RECORD_PREFIX = "record:"
 _STOP_PREFIX = "stop:"
-_CLAIM_PREFIX = "claim:"
+
+DEFAULT_DETACHED_GRACE_S = 24 * 3600.0
+"""How long a detached job waits for the next start before ``gc`` may collect it."""
 
 
 class DaemonState(enum.Enum):
@@ -49,18 +54,6 @@ class DaemonState(enum.Enum):
     RUNNING = "running"
     STOPPING = "stopping"
     DETACHED = "detached"
-
-
-class Liveness(enum.Enum):
-    """How a record's heartbeat looks to a reader.
-
-    ALIVE: fresh. STALE: missed a few beats, not yet past the grace period (a daemon busy, or just
-    killed). ORPHANED: older than the grace period; the daemon is gone and its pools may be collected.
-    """
-
-    ALIVE = "alive"
-    STALE = "stale"
-    ORPHANED = "orphaned"
 
 
 @dataclass
@@ -125,6 +118,13 @@ class SupervisorRecord:
     heartbeat_interval_s: float
     orphan_grace_s: float
     state: str = DaemonState.STARTING.value
+    generation: int = 0  # the owner generation the daemon's claim won (see .fence)
+    heartbeat_seq: int = 0  # incremented by every write: readers watch it advance on their own clock
+    boot_id: str = ""  # the daemon's boot and pid namespace: where its pid means something
+    pid_namespace: str = ""
+    detached_grace_s: float = DEFAULT_DETACHED_GRACE_S
+    record_write_failures: int = 0  # writes that failed since the daemon started (the last one's error below)
+    last_record_write_error: str | None = None
     ray_address: str | None = None
     ray_version: str | None = None  # the daemon's (doctor compares it with the cluster's)
     metrics_address: str | None = None
@@ -135,7 +135,8 @@ class SupervisorRecord:
     warnings: list[str] = field(default_factory=list)  # e.g. CPU oversubscription, found at start
 
     def to_json(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)  # rank states are string enums.encode()
+        # Rank states are string enums: json writes them as their values.
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes | str) -> SupervisorRecord:
@@ -157,7 +158,16 @@ class SupervisorRecord:
         return _known(cls, raw)
 
     def heartbeat_age(self, now: float) -> float:
+        """Seconds since the last heartbeat by the daemon's wall clock (a fallback: see .liveness)."""
         return max(0.0, now - self.heartbeat_at)
+
+    @property
+    def detached(self) -> bool:
+        return self.state == DaemonState.DETACHED.value
+
+    @property
+    def process(self) -> ProcessIdentity:
+        return ProcessIdentity(self.host, self.boot_id, self.pid_namespace, self.pid)
 
 
 def _rank(raw: dict[str, Any]) -> RankStatus:
@@ -171,14 +181,9 @@ def _known(cls: Any, raw: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in raw.items() if k in names})
 
 
-def liveness(record: SupervisorRecord, now: float) -> Liveness:
-    """Judge a record by its heartbeat (pure)."""
-    age = record.heartbeat_age(now)
-    if age > record.orphan_grace_s:
-        return Liveness.ORPHANED
-    if age > 3 * record.heartbeat_interval_s:
-        return Liveness.STALE
-    return Liveness.ALIVE
+def liveness(record: SupervisorRecord, silent_s: float) -> Liveness:
+    """Judge a record whose heartbeat was not seen to advance for ``silent_s`` (pure)."""
+    return judge(silent_s, record.heartbeat_interval_s, record.orphan_grace_s, record.detached)
 
 
 class RecordStore:
@@ -193,29 +198,18 @@ class RecordStore:
             raise ClusterUnavailableError("Ray is not initialised: connect before reading supervisor records")
         self._kv = internal_kv
 
-    def put(self, record: SupervisorRecord) -> None:
-        self._kv._internal_kv_put(_RECORD_PREFIX + record.name, record.to_json(), overwrite=True, namespace=KV_NAMESPACE)
+    def put_raw(self, name: str, data: bytes) -> None:
+        """Write a record. Only the owner fence calls this (:mod:`.fence`): every write is fenced."""
+        self._kv._internal_kv_put(_RECORD_PREFIX + name, data, overwrite=True, namespace=KV_NAMESPACE)
 
     def get(self, name: str) -> SupervisorRecord | None:
         data = self._kv._internal_kv_get(_RECORD_PREFIX + name, namespace=KV_NAMESPACE)
         return SupervisorRecord.from_json(data) if data else None
 
     def delete(self, name: str) -> None:
+        """Delete a record and its stop request (the owner fence's retire; test harnesses' clean-up)."""
         self._kv._internal_kv_del(_RECORD_PREFIX + name, namespace=KV_NAMESPACE)
         self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
-        self._kv._internal_kv_del(f"{_CLAIM_PREFIX}{name}:", del_by_prefix=True, namespace=KV_NAMESPACE)
-
-    def claim(self, name: str, previous_owner: str | None, owner: str) -> bool:
-        """Atomically claim the succession of ``previous_owner`` (None: a fresh record) for ``owner``.
-
-        Two daemons that read the same record and both try to take it over: exactly one gets True.
-        """
-        key = f"{_CLAIM_PREFIX}{name}:{previous_owner or '-'}"
-        existed = self._kv._internal_kv_put(key, owner.encode(), overwrite=False, namespace=KV_NAMESPACE)
-        if not existed:
-            return True
-        current = self._kv._internal_kv_get(key, namespace=KV_NAMESPACE)
-        return current is not None and current.decode() == owner
 
     def names(self) -> list[str]:
         keys = self._kv._internal_kv_list(_RECORD_PREFIX, namespace=KV_NAMESPACE) or []
@@ -238,5 +232,7 @@ class RecordStore:
         how, _, who = data.decode().partition(":")
         return how if who == owner else None
 
-    def clear_stop(self, name: str) -> None:
-        self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
+    def clear_stop(self, name: str, owner: str) -> None:
+        """Forget a stop request made of ``owner`` (one made of another incarnation stays)."""
+        if self.stop_requested(name, owner) is not None:
+            self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)

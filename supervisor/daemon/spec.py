@@ -6,7 +6,7 @@ rollout)``). Nothing here touches Ray, so a bad spec never creates anything in a
 
 Layout (every field and its default is in the README)::
 
-    [supervisor]            name, heartbeat_interval_s, orphan_grace_s
+    [supervisor]            name, heartbeat_interval_s, orphan_grace_s, detached_grace_s, on_sigterm
     [ray]                   address, auth_token_path | local_nodes, num_cpus, num_gpus, resources; python_path
     [pools.NAME]            process_on_nodes, use_gpu, max_colocate_count, strategy, resource_timeout_s, ...
     [groups.NAME]           pool, class, args, kwargs, env, init_*, restart_*, probe_*, in_flight, shutdown_*
@@ -50,6 +50,7 @@ from ..supervision.lifecycle import ACTOR_START_TIMEOUT_S
 from ..supervision.restart_policy import RestartPolicy, RestartStrategy
 from .auth import token_file_problem
 from .ownership import namespace_of, pool_prefix_of
+from .record import DEFAULT_DETACHED_GRACE_S
 
 __all__ = [
     "SpecError",
@@ -97,7 +98,9 @@ class SupervisorSection:
 
     name: str = ""
     heartbeat_interval_s: float = 1.0  # how often the daemon refreshes its state record
-    orphan_grace_s: float = 30.0  # heartbeat older than this: the daemon is gone, its pools are orphans
+    orphan_grace_s: float = 30.0  # silent for longer than this: the daemon is gone, its pools are orphans
+    # A detached job waits this long for the next start before `gc` may collect it.
+    detached_grace_s: float = DEFAULT_DETACHED_GRACE_S
     on_sigterm: SigtermAction = SigtermAction.TEARDOWN
 
 
@@ -485,6 +488,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
         problems.append(f"supervisor.name: {sup.name!r} must be 1 to 64 letters, digits, '_' or '-'")
     positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
     positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
+    positive("supervisor.detached_grace_s", sup.detached_grace_s)
     if 0 < sup.heartbeat_interval_s and 0 < sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
         problems.append(
             f"supervisor.orphan_grace_s: must exceed twice heartbeat_interval_s ({sup.heartbeat_interval_s:g}s), got {sup.orphan_grace_s:g}"

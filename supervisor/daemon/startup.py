@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ..core.actor_class import ClassWithInitArgs
-from ..core.group import GroupPlacement
+from ..core.group import GroupPlacement, WorkerGroup
 from ..errors import ConfigError, first_line
 from ..observability.log import get_logger
 from ..placement.budget import cluster_misfits, cpu_oversubscription
@@ -19,10 +19,12 @@ from ..placement.pool import ResourcePool
 from ..supervision import GroupSupervisor
 from ..supervision.lifecycle import adopt_group, create_group, init_group
 from ..supervision.restart_policy import FailureReason, RestartRecord
+from ..supervision.states import WorkerState
 from .driver import DriverContext, DriverRun
+from .fence import FENCE_ACTOR_NAME
 from .job import Job, ManagedGroup
 from .kv import KV_ACTOR_NAME, KVStore
-from .ownership import Owned, find_owned, remove_owned
+from .ownership import Owned, find_owned
 from .record import GroupRecord, PoolRecord
 from .spec import GroupSpec, import_object
 
@@ -48,6 +50,7 @@ class JobStarter:
         self.job.kv = KVStore.create_or_attach(self.spec.name, self.spec.namespace)
         for name in self.spec.groups_in_start_order():
             self._start_group(name, self.spec.groups[name])
+        self._forget_unexpected()
         warn_cpu_oversubscription(self.job)
         if self.spec.driver is not None:
             self._start_driver()
@@ -74,7 +77,7 @@ class JobStarter:
         for name in self.spec.pools:
             pool = self.spec.resource_pool(name)
             pg_names.update([*pool.placement_group_names(), *filter(None, [pool.spare_placement_group_name()])])
-        actors = {KV_ACTOR_NAME}
+        actors = {KV_ACTOR_NAME, FENCE_ACTOR_NAME}
         for name, group in self.spec.groups.items():
             actors.update(self.spec.actor_names(name, ClassWithInitArgs(self._import(group.worker_class)).user_cls.__name__))
             earlier = self._earlier_group(name)
@@ -101,7 +104,17 @@ class JobStarter:
         stale = Owned({n: i for n, i in owned.placement_groups.items() if n not in pg_names}, [a for a in owned.actors if a not in actors])
         if stale:
             log.info("removing_stale_resources", supervisor=self.spec.name, placement_groups=sorted(stale.placement_groups), actors=stale.actors)
-            remove_owned(self.spec.name, stale)
+            assert self.job.fence is not None
+            self.job.fence.remove_owned(stale)
+
+    def _forget_unexpected(self) -> None:
+        # Everything the spec describes is adopted or created now: the earlier incarnation's entries
+        # for pools and groups the spec dropped (removed above) must not linger in the record.
+        with self.job.lock:
+            assert self.job.record is not None
+            record = self.job.record
+            record.pools = {n: p for n, p in record.pools.items() if n in self.spec.pools}
+            record.groups = {n: g for n, g in record.groups.items() if n in self.spec.groups}
 
     def _pool(self, name: str) -> ResourcePool:
         """The spec pool ``name``, its placement groups created or adopted (once per daemon)."""
@@ -110,6 +123,7 @@ class JobStarter:
             return job.pools[name]
         p = self.spec.pools[name]
         pool = self.spec.resource_pool(name)
+        pool.fence = job.fence  # every removal of its placement groups, and kill of its groups' actors
         job.pools[name] = pool  # owned from here on: teardown removes it whatever happens next
         with job.lock:
             assert job.record is not None
@@ -159,8 +173,7 @@ class JobStarter:
                 pool, cls_with_init, prefix, self.spec.namespace, same.master_addr if same else None,
                 same.master_port if same else None, spec.env, spec.actor_start_timeout_s, job.hooks, placement,
             )  # fmt: skip
-            initialized = bool(same and same.initialized)
-            to_init = list(range(group.world_size)) if (0 in new_ranks or not initialized) else new_ranks
+            to_init = _ranks_to_init(group, same, new_ranks)
         else:
             group = create_group(
                 pool, cls_with_init, name_prefix=prefix, detached=True, worker_env=spec.env, namespace=self.spec.namespace,
@@ -236,6 +249,25 @@ def restored_restarts(earlier: GroupRecord) -> tuple[list[RestartRecord], dict[i
     wall, mono = time.time(), time.monotonic()
     history = [RestartRecord(int(rank), FailureReason(reason), mono - (wall - float(t))) for rank, reason, t in earlier.restarts]
     return history, {r.rank: r.restarts for r in earlier.ranks}
+
+
+def _ranks_to_init(group: WorkerGroup, earlier: GroupRecord | None, new_ranks: list[int]) -> list[int]:
+    """The ranks of a re-adopted group whose init must run: new actors, and every rank the earlier
+    incarnation had not recorded as initialised (it died during their recovery). When rank 0 is among
+    them, every rank: the others joined a rendezvous that is gone; the recorded one (rank 0's, written
+    before rank 0 started) is given to the adopted ranks first."""
+    if earlier is None or not earlier.initialized:
+        uninitialised = set(range(group.world_size))
+    else:
+        uninitialised = {r.rank for r in earlier.ranks if r.state is not WorkerState.RUNNING}
+    to_init = uninitialised | set(new_ranks)
+    if 0 not in to_init:
+        return sorted(to_init)
+    if 0 not in new_ranks:  # adopt_group gave out the rendezvous only for a new rank 0
+        adopted = sorted(set(range(1, group.world_size)) - set(new_ranks))
+        for rank in group.propagate_rendezvous(adopted):
+            log.warning("adopted_worker_replaced", group=group.name, rank=rank, reason="did not take the recorded rendezvous")
+    return list(range(group.world_size))
 
 
 def _placement(record: GroupRecord) -> GroupPlacement | None:

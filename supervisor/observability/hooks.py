@@ -59,6 +59,10 @@ class LifecycleHooks:
     def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
         """Rank 0 was replaced, so every rank got a new MASTER_ADDR/MASTER_PORT."""
 
+    def on_supervision_changed(self, group: str) -> None:
+        """Rank states or the rendezvous of a supervised group changed, and no actor has seen the change
+        yet: an owner that persists the supervisor's view (the daemon's record) writes it now."""
+
     def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
         """A pool's bundles: placed on a node, or pending (waiting, or being re-placed after a node loss)."""
 

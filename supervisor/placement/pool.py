@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ClusterUnavailableError, ConfigError, PlacementError
+from ..fencing import UNFENCED, Fence
 from ..observability.hooks import LifecycleHooks, default_hooks
 from ..observability.log import get_logger
 from .layout import (
@@ -146,6 +147,14 @@ class ResourcePool:
         self._created: list[Any] = []  # placement groups this pool created (not adopted)
         self._parent: ResourcePool | None = None
         self._original_nodes: dict[BundleRef, str] = {}
+        # Who may remove this pool's placement groups (and kill its groups' actors): a daemon sets
+        # its owner fence here, so a superseded daemon destroys nothing.
+        self.fence: Fence = UNFENCED
+
+    @property
+    def owner_fence(self) -> Fence:
+        """The fence of the pool that owns the placement groups (a split or merged view's parent)."""
+        return self._parent.owner_fence if self._parent is not None else self.fence
 
     # -- layout (pure) --------------------------------------------------------------------------
     def add_node(self, process_count: int) -> None:
@@ -287,8 +296,7 @@ class ResourcePool:
             self._record_original_nodes()
         except BaseException:
             self.pgs = self.spare_pg = None
-            for pg in created:
-                _remove_quietly(pg)
+            self.fence.remove_placement_groups(created)
             hooks.on_pool_bundles(self.name_prefix, 0, 0)  # nothing waits any more
             raise
         self._created = created
@@ -411,8 +419,7 @@ class ResourcePool:
         created, self._created = self._created, []
         self.pgs = self.spare_pg = None
         self._original_nodes = {}
-        for pg in created:
-            _remove_quietly(pg)
+        self.fence.remove_placement_groups(created)
 
     def teardown(self) -> None:
         """Remove the placement groups this pool created or adopted.
@@ -430,18 +437,9 @@ class ResourcePool:
 
         if not ray.is_initialized():
             return
-        for pg in [*pgs, *([spare] if spare is not None else [])]:
-            _remove_quietly(pg)
+        self.fence.remove_placement_groups([*pgs, *([spare] if spare is not None else [])])
         log.info("pool_torn_down", pool=self.name_prefix, placement_groups=len(pgs), spare_bundles=self.spare_bundle_count)
 
-
-def _remove_quietly(pg: Any) -> None:
-    from ray.util import remove_placement_group
-
-    try:
-        remove_placement_group(pg)
-    except Exception as exc:  # the GCS may already be gone or the group removed
-        log.debug("placement_group_remove_failed", error=str(exc))
 
 
 class SubResourcePool(ResourcePool):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.actor_class import ClassWithInitArgs
-from ..core.group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup, kill_actor_quietly
+from ..core.group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup
 from ..core.worker import send_probe
 from ..errors import ActorStartError, SupervisorError, ray_error_line
 from ..observability.hooks import LifecycleHooks, default_hooks
@@ -167,8 +167,7 @@ def adopt_group(
     try:
         group.rank_nodes = {**nodes, **_wait_started(group, actor_start_timeout_s, sorted(new))}
     except BaseException:
-        for rank in new:
-            kill_actor_quietly(group.workers[rank])
+        group.fence.kill_actors([group.workers[rank] for rank in new])
         raise
     log.info("group_adopted_ready", group=group.name, kept=group.world_size - len(new), new=sorted(new))
     return group, sorted(new)

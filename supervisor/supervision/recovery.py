@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.worker import send_probe
-from ..errors import first_line, ray_error_line
+from ..errors import SupersededError, first_line, ray_error_line
 from ..observability.log import get_logger
 from ..placement.standby import Replacement, ReplacementKind
 from .config import SupervisionConfig
@@ -149,6 +149,8 @@ class ReplacementTask:
             return ReplacementDone(rank)
         except RecoveryStopped:
             raise
+        except SupersededError:
+            raise RecoveryStopped() from None  # another daemon owns the group now: its owner stops this one
         except Exception as exc:
             if is_transient(exc):
                 return ReplacementDone(rank, error=ray_error_line(exc))
@@ -212,6 +214,8 @@ class InitTask:
             return InitDone(order.ranks, hooks.rebuilt())
         except RecoveryStopped:
             raise
+        except SupersededError:
+            raise RecoveryStopped() from None
         except InitGroupError as exc:
             return InitDone(
                 order.ranks,

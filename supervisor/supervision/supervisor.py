@@ -153,6 +153,7 @@ class GroupSupervisor:
             return self
         # Blocking group calls go through the supervisor only once something drives recovery.
         self.group.supervisor = self
+        self.group.on_rendezvous_picked = lambda rendezvous: self.hooks.on_supervision_changed(self.group.name)
         self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
         for status in self.gate.ranks:
             self._detector.watch(status.rank, status.generation)
@@ -180,6 +181,7 @@ class GroupSupervisor:
             self.gate.cond.notify_all()
         if self.group.supervisor is self:
             self.group.supervisor = None
+            self.group.on_rendezvous_picked = None
 
     def generation(self, rank: int) -> int:
         with self.gate.cond:
@@ -352,6 +354,9 @@ class GroupSupervisor:
                     if status.state is not WorkerState.RUNNING:
                         status.state = WorkerState.FAILED
             self.gate.cond.notify_all()
+        # Persisted before any task acts on it: a daemon killed from here on finds, on restart, which
+        # ranks are not initialised.
+        hooks.on_supervision_changed(group.name)
         if plan.escalation is not None:
             self._tasks.stopping.set()  # tasks still running end at their next wait: the owner decides now
             hooks.on_group_failed(group.name, str(self.gate.failure))

@@ -1,0 +1,426 @@
+"""The owner fence: one generation per supervisor, and every record write and destructive action
+checked against it atomically.
+
+A daemon paused past its grace period (SIGSTOP, a VM freeze, a GCS stall) is taken over by a new
+start. When it resumes it may do anything before it notices: a SIGTERM tears down, a driver saves its
+progress, a probe deadline that passed during the pause marks a rank hung and replaces it. None of
+that may touch the job the new daemon now owns.
+
+So one small actor per supervisor, :class:`_FenceActor` (named :data:`FENCE_ACTOR_NAME` in the
+supervisor's Ray namespace, detached, pinned to the head node like the KV store), holds the owner
+generation. A claim that wins increments it. Every record write, actor kill, placement-group removal
+and the record's deletion is a call to that actor carrying the caller's generation; the actor runs one
+call at a time, so the check and the action cannot be separated: a superseded daemon's calls are
+refused, whatever it does next, and it learns so from the refusal (:class:`OwnerFence`).
+
+The fence is also the one reader that sees every heartbeat, on its own monotonic clock
+(:class:`~.liveness.HeartbeatWatch`): it judges a claim's "is the owner gone?" there, and tells
+``status``, ``stop`` and ``gc`` how long the daemon has been silent, with no cross-host clock compared.
+
+A fence created over an existing record (the first start of this version, or a fence somebody
+killed) takes the record's owner and generation and counts the owner as heard from at its own start,
+so it never grants a takeover sooner than the grace period.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ClusterUnavailableError, SupersededError, first_line
+from ..observability.log import get_logger
+from .liveness import HeartbeatWatch, Liveness, ProcessIdentity, judge
+from .ownership import HEAD_RESOURCE, Owned, namespace_of
+
+if TYPE_CHECKING:
+    from .record import SupervisorRecord
+
+__all__ = [
+    "FENCE_ACTOR_NAME",
+    "ClaimVerdict",
+    "ClaimRequest",
+    "FenceState",
+    "FenceStatus",
+    "decide_claim",
+    "OwnerFence",
+    "fence_status",
+    "observed_silence",
+]
+
+log = get_logger("fence")
+
+FENCE_ACTOR_NAME = "fence"
+"""Name of the fence actor in its supervisor's Ray namespace (expected there, like the KV store)."""
+
+# A fence call is a few milliseconds; one that takes this long means the GCS or the head is in trouble.
+FENCE_CALL_TIMEOUT_S = 30.0
+# How long a new fence may take to start (a worker process on the head node).
+_START_TIMEOUT_S = 120.0
+
+
+class ClaimVerdict(enum.Enum):
+    GRANTED = "granted"
+    ALIVE = "alive"  # the current owner was heard from within its grace period
+    RETIRED = "retired"  # the supervisor was just torn down: its fence goes away; make a new one
+
+
+class Refusal(enum.Enum):
+    SUPERSEDED = "superseded"
+    RETIRED = "retired"
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A claim of the supervisor for ``owner``.
+
+    Attributes:
+        owner: the claimer's id.
+        judged_owner: the owner whose record the claimer read (None: it found no record).
+        judged_gone: the claimer proved that owner's process gone (same pid space, no such pid).
+        grace_s: the claimer's own grace period (how long it may be silent before others take over).
+        interval_s: its heartbeat interval.
+        process: where the claimer runs (so a later claimer on the same host can prove it gone).
+        grace_override_s: take over an owner silent for this long instead of its own grace period
+            (``gc --grace``); never below three beats.
+    """
+
+    owner: str
+    judged_owner: str | None
+    judged_gone: bool
+    grace_s: float
+    interval_s: float
+    process: ProcessIdentity | None = None
+    grace_override_s: float | None = None
+
+
+@dataclass
+class FenceState:
+    """What a fence holds."""
+
+    generation: int = 0
+    owner: str | None = None
+    owner_process: ProcessIdentity | None = None
+    grace_s: float = 0.0
+    interval_s: float = 1.0
+    detached: bool = False
+    retired: bool = False
+
+
+def decide_claim(state: FenceState, request: ClaimRequest, silent_s: float) -> ClaimVerdict:
+    """Whether ``request`` may take the supervisor over from ``state``'s owner, silent for ``silent_s``
+    on the fence's clock (pure)."""
+    if state.retired:
+        return ClaimVerdict.RETIRED
+    if state.owner is None or state.detached:
+        return ClaimVerdict.GRANTED
+    if request.judged_gone and request.judged_owner == state.owner:
+        return ClaimVerdict.GRANTED  # the claimer saw this owner's process gone: no need to wait
+    grace = state.grace_s
+    if request.grace_override_s is not None:
+        grace = max(request.grace_override_s, 3 * state.interval_s)
+    return ClaimVerdict.GRANTED if silent_s > grace else ClaimVerdict.ALIVE
+
+
+@dataclass(frozen=True)
+class FenceStatus:
+    """A fence's answer to readers."""
+
+    generation: int
+    owner: str | None
+    owner_process: ProcessIdentity | None
+    silent_s: float  # since the owner's last write, on the fence's monotonic clock
+    detached: bool
+    retired: bool
+    interval_s: float
+    grace_s: float
+
+    @property
+    def liveness(self) -> Liveness:
+        return judge(self.silent_s, self.interval_s, self.grace_s, self.detached)
+
+
+class _FenceActor:
+    """The fence itself. Ray runs its methods one at a time (``max_concurrency=1``): each check and
+    the action it guards happen with no other call between them."""
+
+    def __init__(self, supervisor: str) -> None:
+        from .record import RecordStore
+
+        self._supervisor = supervisor
+        self._store = RecordStore()
+        self._state = FenceState()
+        self._watch = HeartbeatWatch()
+        record = self._store.get(supervisor)
+        if record is not None:  # the owner is heard from now: no takeover before its grace period
+            self._state = FenceState(
+                record.generation, record.owner, record.process, record.orphan_grace_s, record.heartbeat_interval_s, record.detached
+            )
+        self._watch.observe(-1 if record is None else record.heartbeat_seq, time.monotonic())
+
+    def claim(self, request: ClaimRequest) -> tuple[ClaimVerdict, int, FenceStatus]:
+        now = time.monotonic()
+        verdict = decide_claim(self._state, request, self._watch.silent_for(now))
+        status = self.status()
+        if verdict is ClaimVerdict.GRANTED:
+            self._state = FenceState(self._state.generation + 1, request.owner, request.process, request.grace_s, request.interval_s)
+            self._watch = HeartbeatWatch()
+            self._watch.observe(0, now)  # the claim itself is the new owner's first sign of life
+        return verdict, self._state.generation, status
+
+    def write(self, generation: int, data: bytes, seq: int, detached: bool) -> Refusal | None:
+        refusal = self._check(generation)
+        if refusal is None:
+            self._store.put_raw(self._supervisor, data)
+            self._watch.observe(seq, time.monotonic())
+            self._state.detached = detached
+        return refusal
+
+    def check(self, generation: int) -> Refusal | None:
+        return self._check(generation)
+
+    def kill_actors(self, generation: int, actors: list[Any]) -> Refusal | None:
+        from ..fencing import UNFENCED
+
+        refusal = self._check(generation)
+        if refusal is None:
+            UNFENCED.kill_actors(actors)
+        return refusal
+
+    def kill_named(self, generation: int, names: list[str]) -> Refusal | None:
+        import ray
+
+        refusal = self._check(generation)
+        if refusal is None:
+            namespace = namespace_of(self._supervisor)
+            for name in names:
+                try:
+                    ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+                except ValueError:
+                    pass  # gone already
+        return refusal
+
+    def remove_placement_groups(self, generation: int, pg_ids: list[str]) -> Refusal | None:
+        import ray
+        from ray.util.placement_group import PlacementGroup
+
+        from ..fencing import UNFENCED
+
+        refusal = self._check(generation)
+        if refusal is None:
+            UNFENCED.remove_placement_groups([PlacementGroup(ray.PlacementGroupID(bytes.fromhex(i))) for i in pg_ids])
+        return refusal
+
+    def retire(self, generation: int) -> Refusal | None:
+        """Delete the record and refuse everything from now on (the caller then kills this actor;
+        a later claimer that finds it retired does so too)."""
+        refusal = self._check(generation)
+        if refusal is None:
+            self._store.delete(self._supervisor)
+            self._state.retired = True
+        return refusal
+
+    def status(self) -> FenceStatus:
+        s = self._state
+        silent = self._watch.silent_for(time.monotonic())
+        return FenceStatus(s.generation, s.owner, s.owner_process, silent, s.detached, s.retired, s.interval_s, s.grace_s)
+
+    def _check(self, generation: int) -> Refusal | None:
+        if self._state.retired:
+            return Refusal.RETIRED
+        return None if generation == self._state.generation else Refusal.SUPERSEDED
+
+
+def _fence_handle(supervisor: str, create: bool) -> Any:
+    """The supervisor's fence actor (created when ``create``; None when absent)."""
+    import ray
+
+    namespace = namespace_of(supervisor)
+    try:
+        return ray.get_actor(FENCE_ACTOR_NAME, namespace=namespace)
+    except ValueError:
+        if not create:
+            return None
+    # get_if_exists: two claimers racing to create it end up with the same actor.
+    return (
+        ray.remote(_FenceActor)
+        .options(
+            name=FENCE_ACTOR_NAME,
+            namespace=namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            resources={HEAD_RESOURCE: 0.001},
+            max_concurrency=1,
+            max_restarts=0,
+        )
+        .remote(supervisor)
+    )
+
+
+def fence_status(supervisor: str, timeout_s: float = 5.0) -> FenceStatus | None:
+    """What the supervisor's fence says (None: it has no fence, or it does not answer in time)."""
+    import ray
+
+    handle = _fence_handle(supervisor, create=False)
+    if handle is None:
+        return None
+    try:
+        return ray.get(handle.status.remote(), timeout=timeout_s)  # type: ignore[no-any-return]
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+        log.debug("fence_unreachable", supervisor=supervisor, error=first_line(exc))
+        return None
+
+
+def observed_silence(record: SupervisorRecord, now: float) -> tuple[float, bool]:
+    """For how long ``record``'s daemon has not been heard from, and whether its fence measured it
+    (on one monotonic clock) rather than the fallback: the record's wall-clock age by the reader's
+    clock, which another host's skew distorts."""
+    status = fence_status(record.name)
+    if status is not None:
+        return status.silent_s, True
+    return record.heartbeat_age(now), False
+
+
+class OwnerFence:
+    """One process's hold on a supervisor: the generation its claim won, and the fenced calls.
+
+    Implements :class:`supervisor.fencing.Fence`, so pools and groups kill and remove through it.
+    The first refusal marks it superseded for good, tells ``on_superseded`` (once), and raises
+    :class:`~supervisor.errors.SupersededError`; every later call raises at once.
+    """
+
+    def __init__(self, supervisor: str, on_superseded: Callable[[SupersededError], None] | None = None) -> None:
+        self.supervisor = supervisor
+        self.on_superseded = on_superseded
+        self.generation: int | None = None
+        self.superseded: SupersededError | None = None
+        self._handle: Any = None
+        self._lock = threading.Lock()
+
+    # -- the claim ------------------------------------------------------------------------------
+    def claim(
+        self, owner: str, grace_s: float, interval_s: float, record: SupervisorRecord | None = None, grace_override_s: float | None = None
+    ) -> tuple[ClaimVerdict, FenceStatus]:
+        """Try to become the supervisor's owner, taking it over from an owner that is gone: one whose
+        process this one can prove gone, one detached, or one the fence has not heard from for its
+        grace period (``grace_override_s``: for this long instead).
+
+        Args:
+            record: the supervisor's record as the caller read it (its owner's process is judged when
+                the fence knows no other).
+
+        Returns:
+            The verdict, and the fence's status just before the claim (whom a refusal is about).
+        """
+        import ray
+
+        me = ProcessIdentity.current()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
+            handle = _fence_handle(self.supervisor, create=True)
+            try:
+                status: FenceStatus = ray.get(handle.status.remote(), timeout=_START_TIMEOUT_S)
+                process = status.owner_process or (record.process if record is not None and record.owner == status.owner else None)
+                gone = process is not None and process.provably_gone(me)
+                request = ClaimRequest(owner, status.owner, gone, grace_s, interval_s, me, grace_override_s)
+                verdict, generation, status = ray.get(handle.claim.remote(request), timeout=_START_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise ClusterUnavailableError(
+                    f"the owner fence of supervisor {self.supervisor} did not answer within {_START_TIMEOUT_S:g}s "
+                    f"(it needs a sliver of the head node's {HEAD_RESOURCE!r} resource)"
+                ) from None
+            except ray.exceptions.RayActorError:
+                verdict = ClaimVerdict.RETIRED  # killed as we called it: make a new one
+            if verdict is not ClaimVerdict.RETIRED:
+                break
+            # A torn-down supervisor's fence that its daemon did not get to kill: it refuses
+            # everything, so ending it harms nobody.
+            ray.kill(handle, no_restart=True)
+            if time.monotonic() > deadline:
+                raise ClusterUnavailableError(f"the retired owner fence of supervisor {self.supervisor} did not go away")
+            time.sleep(0.1)
+        if verdict is ClaimVerdict.GRANTED:
+            self._handle, self.generation = handle, generation
+        return verdict, status
+
+    # -- fenced calls ---------------------------------------------------------------------------
+    def write_record(self, data: bytes, seq: int, detached: bool = False) -> None:
+        self._call("write", data, seq, detached)
+
+    def check(self) -> None:
+        """Raise :class:`SupersededError` unless this process still owns the supervisor."""
+        self._call("check")
+
+    def kill_actors(self, actors: Sequence[Any]) -> None:
+        if actors:
+            self._call("kill_actors", list(actors))
+
+    def kill_named(self, names: Sequence[str]) -> None:
+        if names:
+            self._call("kill_named", list(names))
+
+    def remove_placement_groups(self, pgs: Sequence[Any]) -> None:
+        if pgs:
+            self._call("remove_placement_groups", [pg.id.hex() for pg in pgs])
+
+    def remove_placement_group_ids(self, pg_ids: Sequence[str]) -> None:
+        if pg_ids:
+            self._call("remove_placement_groups", list(pg_ids))
+
+    def remove_owned(self, owned: Owned) -> None:
+        """Kill ``owned``'s named actors (the fence itself aside) and remove its placement groups."""
+        self.kill_named([a for a in owned.actors if a != FENCE_ACTOR_NAME])
+        self.remove_placement_group_ids(list(owned.placement_groups.values()))
+        if owned:
+            log.info("owned_resources_removed", supervisor=self.supervisor, placement_groups=sorted(owned.placement_groups), actors=owned.actors)
+
+    def retire(self) -> None:
+        """Delete the record and end the fence: the supervisor is gone."""
+        import ray
+
+        self._call("retire")
+        handle, self._handle = self._handle, None
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception as exc:  # gone already; a later claimer would end it anyway
+            log.debug("fence_kill_failed", error=first_line(exc))
+
+    def _call(self, method: str, *args: Any) -> None:
+        import ray
+
+        if self.superseded is not None:
+            raise self.superseded
+        if self.generation is None:
+            raise SupersededError(f"supervisor {self.supervisor}: this process never claimed it")
+        try:
+            refusal = ray.get(getattr(self._handle, method).remote(self.generation, *args), timeout=FENCE_CALL_TIMEOUT_S)
+        except ray.exceptions.RayActorError:
+            # The fence died (somebody killed it): a new one takes the generation from the record,
+            # so this owner goes on only if the record still names it.
+            self._handle = _fence_handle(self.supervisor, create=True)
+            refusal = ray.get(getattr(self._handle, method).remote(self.generation, *args), timeout=FENCE_CALL_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ClusterUnavailableError(
+                f"the owner fence of supervisor {self.supervisor} did not answer {method} within {FENCE_CALL_TIMEOUT_S:g}s"
+            ) from None
+        if refusal is not None:
+            self._refused(refusal)
+
+    def _refused(self, refusal: Refusal) -> None:
+        error = SupersededError(
+            f"supervisor {self.supervisor} was taken over by another daemon (generation {self.generation} is no longer the owner)"
+            if refusal is Refusal.SUPERSEDED
+            else f"supervisor {self.supervisor} was torn down: its record is gone"
+        )
+        with self._lock:
+            first = self.superseded is None
+            self.superseded = self.superseded or error
+        if first:
+            log.error("superseded", supervisor=self.supervisor, generation=self.generation, refusal=refusal.value)
+            if self.on_superseded is not None:
+                self.on_superseded(error)
+        raise self.superseded  # type: ignore[misc]
