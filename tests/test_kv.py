@@ -16,7 +16,12 @@ import time
 import pytest
 
 from supervisor.daemon.kv import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_KEYS,
+    DEFAULT_MAX_VALUE_BYTES,
     KV_ACTOR_NAME,
+    KVLimitError,
+    KVLimits,
     KVStore,
     KVStoreNotFoundError,
     KVTimeoutError,
@@ -32,7 +37,8 @@ SUPERVISOR = "kvtest"
 ACTOR_NS = f"supervisor.{SUPERVISOR}"
 SURVIVOR_NS = "supervisor.kvsurvivor"
 TEARDOWN_NS = "supervisor.kvteardown"
-TEST_ACTOR_NAMESPACES = {ACTOR_NS, SURVIVOR_NS, TEARDOWN_NS}
+LIMITS_NS = "supervisor.kvlimits"
+TEST_ACTOR_NAMESPACES = {ACTOR_NS, SURVIVOR_NS, TEARDOWN_NS, LIMITS_NS}
 # The machine may be busy with other test runs: bounds on waits are loose, lower bounds exact.
 SLACK_S = 20.0
 
@@ -140,6 +146,65 @@ def test_errors_are_picklable_one_line_and_typed():
     assert type(back) is KVTimeoutError and str(back) == str(exc)
     missing = pickle.loads(pickle.dumps(KVStoreNotFoundError("no KV store in Ray namespace 'x'")))
     assert isinstance(missing, LookupError) and str(missing) == "no KV store in Ray namespace 'x'"
+
+
+def test_limits_are_validated_and_their_error_pickles():
+    assert KVLimits() == KVLimits(DEFAULT_MAX_KEYS, DEFAULT_MAX_BYTES, DEFAULT_MAX_VALUE_BYTES)
+    for bad in ({"max_keys": 0}, {"max_bytes": -1}, {"max_value_bytes": 1.5}, {"max_keys": True}):
+        with pytest.raises(ConfigError, match=f"KVLimits.{next(iter(bad))} must be a positive integer"):
+            KVLimits(**bad)
+    back = pickle.loads(pickle.dumps(KVLimitError("kv namespace 'ns' is full: 3 keys")))
+    assert type(back) is KVLimitError and isinstance(back, SupervisorError)
+    assert str(back) == "kv namespace 'ns' is full: 3 keys"
+
+
+def test_actor_accounts_keys_and_bytes_per_namespace():
+    async def scenario() -> None:
+        kv = _KVActor("unit", KVLimits(max_keys=3, max_bytes=100, max_value_bytes=40))
+        assert await kv.put("ns", "a", b"x" * 10) is None
+        assert await kv.put("ns", "b", b"x" * 20) is None
+        usage = (await kv.info())["usage"]
+        assert usage == {"ns": {"keys": 2, "bytes": 11 + 21}}
+
+        # Too large a value is refused whatever room is left, and changes nothing.
+        refusal = await kv.put("other", "big", b"x" * 41)
+        assert refusal == (
+            "kv value of 'big' in namespace 'other' is too large: 41 B (limit 40 B per value); "
+            "share large data through the Ray object store or raise KVLimits.max_value_bytes"
+        )
+        assert (await kv.peek("other", "big")) == (False, None) and "other" not in (await kv.info())["usage"]
+
+        # Bytes (values plus keys): c brings the namespace to 72; growing a by 29 would pass 100.
+        assert await kv.put("ns", "c", b"x" * 39) is None  # 72 used, 3 keys
+        refusal = await kv.put("ns", "a", b"x" * 39)  # overwrite: grows by 29, to 101
+        assert refusal == (
+            "kv namespace 'ns' is full: 72 B used (limit 100 B per namespace) and 'a' needs 29 B more; "
+            "delete keys or raise KVLimits.max_bytes"
+        )
+        assert await kv.peek("ns", "a") == (True, b"x" * 10)  # the refused overwrite left the old value
+        assert await kv.put("ns", "a", b"x" * 38) is None  # grows by 28: exactly 100 fits
+        assert (await kv.info())["usage"]["ns"] == {"keys": 3, "bytes": 100}
+        assert await kv.put("ns", "a", b"") is None  # shrinking always fits
+        assert (await kv.info())["usage"]["ns"] == {"keys": 3, "bytes": 62}
+
+        # Keys: the namespace is full for a new key, not for an overwrite, and not for other namespaces.
+        refusal = await kv.put("ns", "d", b"")
+        assert refusal == (
+            "kv namespace 'ns' is full: 3 keys (limit 3 keys per namespace); delete keys or raise KVLimits.max_keys"
+        )
+        assert await kv.put("ns", "c", b"y") is None and await kv.put("elsewhere", "d", b"") is None
+
+        # Deletes free keys and bytes; an emptied namespace holds nothing.
+        assert await kv.delete("ns", "c")
+        assert (await kv.info())["usage"]["ns"] == {"keys": 2, "bytes": 1 + 21}
+        assert await kv.put("ns", "d", b"x" * 40) is None
+        for key in ("a", "b", "d"):
+            assert await kv.delete("ns", key)
+        info = await kv.info()
+        assert info["usage"] == {"elsewhere": {"keys": 1, "bytes": 1}} and info["bytes"] == 1
+        assert info["limits"] == {"max_keys": 3, "max_bytes": 100, "max_value_bytes": 40}
+
+    asyncio.run(scenario())
 
 
 def test_client_validates_before_touching_ray():
@@ -388,6 +453,62 @@ def test_long_polls_are_renewed(store, wakeups, monkeypatch):
         store.get("never", timeout_s=0.7, namespace="renew")
     assert time.monotonic() - start >= 0.7
     assert store.info()["waiting_keys"] == 0
+
+
+def test_puts_past_a_limit_raise_and_write_nothing(cluster):
+    import ray.cloudpickle as cloudpickle
+
+    limits = KVLimits(max_keys=4, max_bytes=4096, max_value_bytes=2048)
+    store = KVStore.create_or_attach("kvlimits", limits=limits)
+    assert store.actor_namespace == LIMITS_NS
+    assert store.info()["limits"] == {"max_keys": 4, "max_bytes": 4096, "max_value_bytes": 2048}
+
+    def entry(key: str, value: object) -> int:
+        return len(key) + len(cloudpickle.dumps(value))
+
+    with pytest.raises(KVLimitError) as info:
+        store.put("blob", b"x" * 4000, namespace="big")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("kv value of 'blob' in namespace 'big' is too large: 3.")
+    assert "(limit 2 KiB per value)" in message
+    assert not store.contains("blob", namespace="big") and "big" not in store.namespaces()
+
+    for i in range(4):
+        store.put(f"k{i}", i, namespace="few")
+    with pytest.raises(KVLimitError) as info:
+        store.put("k4", 4, namespace="few")
+    assert str(info.value) == (
+        "kv namespace 'few' is full: 4 keys (limit 4 keys per namespace); delete keys or raise KVLimits.max_keys"
+    )
+    store.put("k0", "overwritten", namespace="few")  # an overwrite adds no key
+    assert store.delete("k1", namespace="few")
+    store.put("k4", 4, namespace="few")  # the delete made room
+    expected = sum(entry(k, v) for k, v in {"k0": "overwritten", "k2": 2, "k3": 3, "k4": 4}.items())
+    assert store.info()["usage"]["few"] == {"keys": 4, "bytes": expected}
+
+    # Bytes: two 1.9 KiB values fit 4 KiB, a third does not; overwriting one with a small value makes room.
+    payload = b"y" * 1900
+    store.put("a", payload, namespace="heavy")
+    store.put("b", payload, namespace="heavy")
+    full = r"^kv namespace 'heavy' is full: 3\.\d+ KiB used \(limit 4 KiB per namespace\) and 'c' needs "
+    with pytest.raises(KVLimitError, match=full):
+        store.put("c", payload, namespace="heavy")
+    assert not store.contains("c", namespace="heavy")
+    store.put("a", b"", namespace="heavy")
+    store.put("c", payload, namespace="heavy")
+    assert store.info()["usage"]["heavy"]["bytes"] == entry("a", b"") + 2 * entry("b", payload)
+    assert store.info()["bytes"] == sum(u["bytes"] for u in store.info()["usage"].values())
+
+    # Attaching with other limits keeps the actor's own.
+    again = KVStore.create_or_attach("kvlimits", limits=KVLimits(max_keys=1))
+    assert again.info()["limits"]["max_keys"] == 4
+
+
+def test_the_shared_store_has_the_default_limits(store):
+    assert store.info()["limits"] == {
+        "max_keys": DEFAULT_MAX_KEYS, "max_bytes": DEFAULT_MAX_BYTES, "max_value_bytes": DEFAULT_MAX_VALUE_BYTES,
+    }  # fmt: skip
 
 
 def test_store_survives_its_creator(cluster):

@@ -249,3 +249,70 @@ def test_a_trainer_without_the_daemon_serves_the_same_metrics_in_one_call():
         server.shutdown()
     assert "# HELP supervisor_dispatch_duration_seconds " in text and "supervisor_build_info{" in text
     assert "python_gc" not in text  # only the supervisor's own registry
+
+
+def _series_by_family(label: str) -> dict[str, set[str]]:
+    """Family name -> the values of ``label`` among its exported samples (from the exposition text)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from supervisor.observability import metrics
+
+    found: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(generate_latest(metrics.REGISTRY).decode()):
+        for sample in family.samples:
+            if label in sample.labels:
+                found.setdefault(family.name, set()).add(sample.labels[label])
+    return found
+
+
+def test_a_removed_group_or_pool_leaves_no_series_and_the_others_keep_theirs():
+    from supervisor.observability import metrics
+    from supervisor.observability.hooks import LifecycleHooks, ObservingHooks
+
+    hooks = ObservingHooks()
+    for group in ("g", "h"):
+        metrics.observe_dispatch(group, "generate", 0.01, metrics.DispatchFailure.RAISED)
+        metrics.INIT_ATTEMPTS.labels(group=group, outcome="ok").inc()
+        hooks.on_worker_states(group, {"running": 2, "failed": 0})
+        hooks.on_worker_failed(group, 1, "died", "SIGKILL", detection_s=0.2)
+        hooks.on_worker_replaced(group, 1, "died")
+        hooks.on_worker_recovered(group, 1, recovery_s=3.0)
+        hooks.on_placement_drift(group, 1, "n1", "n2")
+        hooks.on_drift_state(group, 1)
+        hooks.on_standby_state(group, ready=1, starting=0)
+    for pool in ("p", "q"):
+        hooks.on_resource_wait_done(pool, 1.5, "ready")
+        hooks.on_pool_bundles(pool, placed=2, pending=0)
+    group_families = {
+        "supervisor_dispatch_duration_seconds", "supervisor_dispatch_failures", "supervisor_init_attempts",
+        "supervisor_workers", "supervisor_worker_restarts", "supervisor_failure_detection_seconds",
+        "supervisor_recovery_seconds", "supervisor_placement_drift_workers", "supervisor_placement_drift_events",
+        "supervisor_standby_workers",
+    }  # fmt: skip
+    pool_families = {"supervisor_resource_wait_seconds", "supervisor_pool_bundles"}
+    before = _series_by_family("group")
+    assert set(before) == group_families and all({"g", "h"} <= v for v in before.values())
+    assert all({"p", "q"} <= v for v in _series_by_family("pool").values())
+
+    LifecycleHooks().on_group_removed("g")  # the no-op hooks leave everything
+    assert _series_by_family("group") == before
+    hooks.on_group_removed("g")
+    hooks.on_pool_removed("p")
+    after = _series_by_family("group")
+    assert set(after) == group_families and all("g" not in v and "h" in v for v in after.values())
+    pools = _series_by_family("pool")
+    assert set(pools) == pool_families and all("p" not in v and "q" in v for v in pools.values())
+    assert ("g", "generate") not in metrics._DISPATCH_DURATION_CHILDREN
+    assert ("h", "generate") in metrics._DISPATCH_DURATION_CHILDREN
+
+    # A call of a forgotten group (one supervised again under the same name) starts its series again.
+    metrics.observe_dispatch("g", "generate", 0.01, None)
+    assert metrics.REGISTRY.get_sample_value(
+        "supervisor_dispatch_duration_seconds_count", {"group": "g", "method": "generate"}
+    ) == 1.0  # fmt: skip
+    metrics.forget_group("g")
+    metrics.forget_group("h")
+    metrics.forget_pool("q")
+    assert not any({"g", "h"} & v for v in _series_by_family("group").values())
+    assert not any({"p", "q"} & v for v in _series_by_family("pool").values())

@@ -7,16 +7,18 @@ through ``decide`` and check the invariants the supervisor promises.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from supervisor.placement.standby import BundleRef, ReplacementKind
-from supervisor.supervision import GroupState, SupervisionConfig, WorkerState
+from supervisor.supervision import GroupState, SupervisionConfig, WorkerState, reconcile
 from supervisor.supervision.reconcile import (
     InitDone,
     PlacementSeen,
@@ -30,8 +32,11 @@ from supervisor.supervision.restart_policy import (
     Failure,
     FailureReason,
     RestartPolicy,
+    RestartRecord,
     RestartStrategy,
+    prune_to_window,
     restarts_in_window,
+    within_window,
 )
 from supervisor.supervision.states import InvalidTransition, check_rank_transition
 
@@ -293,6 +298,109 @@ def test_random_failure_sequences_keep_the_promises(events, strategy, max_restar
             assert v.rank in group.replacing
         if v.in_task and v.state is WorkerState.INITIALIZING:
             assert group.init is not None and v.rank in group.init
+
+
+def test_the_history_keeps_only_the_window_over_weeks_of_restarts():
+    """Three weeks of a failure every 7 minutes, some in bursts: the history never outgrows the window."""
+    window_s, max_restarts = 600.0, 5
+    group = FakeGroup(_config(max_restarts=max_restarts, restart_window_s=window_s, backoff_initial_s=1.0))
+    start, longest, restarts = group.now, 0, 0
+    while group.now < start + 21 * 86_400:
+        group.now += 420.0
+        ranks = [restarts % WORLD] if restarts % 10 else [0, 1, 2]  # every tenth failure is a node loss
+        plans = [group.step(*(_died(r, FailureReason.NODE_LOST) for r in ranks))]
+        for _ in range(10):  # recover: replacements, init, and a backoff for ranks restarted again soon
+            if group.state.group is not GroupState.RECOVERING:
+                break
+            if plans[-1].wake_at is not None:
+                group.now = plans[-1].wake_at
+                plans.append(group.step())
+            plans += [group.replaced(r) for r in sorted(group.replacing)]
+            if group.init is not None:
+                plans.append(group.initialised())
+        restarts += sum(len(p.restarts) for p in plans)
+        assert group.state.group is GroupState.RUNNING
+        assert all(within_window(r.at, window_s, group.now) for r in group.state.history)
+        longest = max(longest, len(group.state.history))
+    # Failures 7 minutes apart: at most two in a 10-minute window, one of them a burst of three.
+    assert restarts > 4_000 and longest <= 4
+
+
+def test_pruning_keeps_what_the_window_counts_in_order():
+    policy = RestartPolicy(restart_window_s=10.0)
+    history = [
+        RestartRecord(1, FailureReason.DIED, 0.0),
+        RestartRecord(2, FailureReason.HUNG, 5.0),
+        RestartRecord(1, FailureReason.DIED, 15.0),
+    ]
+    assert prune_to_window(history, policy, 15.0) == tuple(history[1:])  # 5.0 is on the boundary: kept
+    assert prune_to_window(history, policy, 15.1) == (history[2],)
+    assert prune_to_window(history, policy, 100.0) == ()
+
+
+class _UnprunedGroup(FakeGroup):
+    """A fake group whose loop keeps every restart ever made (what the loop did before pruning)."""
+
+    def step(self, *observations):
+        with mock.patch.object(reconcile, "prune_to_window", lambda history, policy, now: tuple(history)):
+            return super().step(*observations)
+
+
+def _without_history(plan):
+    return dataclasses.replace(plan, state=dataclasses.replace(plan.state, history=()))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(
+        st.one_of(
+            st.tuples(st.just("fail"), st.integers(0, WORLD - 1), st.sampled_from(list(FailureReason))),
+            st.tuples(st.just("replaced"), st.integers(0, WORLD - 1), st.booleans()),
+            st.tuples(st.just("init"), st.booleans(), st.integers(0, WORLD - 1)),
+            st.tuples(st.just("tick"), st.floats(0.0, 90.0), st.none()),  # ticks past the window too
+        ),
+        max_size=80,
+    ),
+    strategy=st.sampled_from(list(RestartStrategy)),
+    max_restarts=st.integers(0, 8),
+    backoff=st.sampled_from([0.0, 0.5, 2.0, 40.0]),
+    init_error=st.booleans(),
+)
+def test_pruning_the_history_never_changes_a_decision(events, strategy, max_restarts, backoff, init_error):
+    config = SupervisionConfig(
+        restart=RestartPolicy(
+            strategy=strategy, max_restarts=max_restarts, restart_window_s=60.0, backoff_initial_s=backoff
+        ),
+        init_method="init_model",
+    )
+    pruned, unpruned = FakeGroup(config), _UnprunedGroup(config)
+    for kind, a, b in events:
+        if kind == "fail":
+            if pruned.state.ranks[a].state is not WorkerState.RUNNING:
+                continue
+            plans = [g.step(_died(a, b)) for g in (pruned, unpruned)]
+        elif kind == "replaced":
+            if a not in pruned.replacing:
+                continue
+            error = None if b else "TimeoutError: not re-placed"
+            plans = [g.replaced(a, error=error) for g in (pruned, unpruned)]
+        elif kind == "init":
+            if pruned.init is None:
+                continue
+            rebuilt = {b: (FailureReason.INIT_FAILED, 1)} if a and b in pruned.init else {}
+            error = "TimeoutError: init did not answer" if init_error and a else None
+            plans = [g.initialised(rebuilt=rebuilt, error=error) for g in (pruned, unpruned)]
+        else:
+            for g in (pruned, unpruned):
+                g.now += a
+            plans = [g.step() for g in (pruned, unpruned)]
+        # The same plan, the same state but for the history; the pruned one is what the window holds.
+        assert _without_history(plans[0]) == _without_history(plans[1])
+        window = config.restart.restart_window_s
+        kept = tuple(r for r in unpruned.state.history if within_window(r.at, window, pruned.now))
+        assert pruned.state.history == kept
+        if pruned.state.group is GroupState.FAILED:
+            break
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,7 +15,10 @@ misspelt key or namespace.
 
 Values are pickled (cloudpickle) by the client and stored as opaque bytes: the actor never imports user
 code, and every reader gets its own copy. Keep them small (addresses, ports, flags, small configs): the
-whole store lives in one process's memory.
+whole store lives in one process's memory. :class:`KVLimits` bounds it, so a job that leaks keys (one per
+step, never deleted) over a multi-week run fails one put with :class:`KVLimitError` instead of growing the
+head node's memory: keys per KV namespace, bytes per KV namespace (pickled values plus keys), and bytes
+per value.
 
 The actor runs with ``max_restarts=0`` and is pinned to the head node: a restart would come back empty
 and readers would wait for keys their writers believe written, so a lost store fails loudly instead
@@ -30,9 +33,11 @@ Metrics, observed in the client process (the one that waited): every ``get``/``w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import difflib
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ClusterUnavailableError, ConfigError, SupervisorError, first_line
@@ -42,6 +47,8 @@ from .ownership import namespace_of
 
 __all__ = [
     "KVStore",
+    "KVLimits",
+    "KVLimitError",
     "KVTimeoutError",
     "KVStoreNotFoundError",
     "KV_ACTOR_NAME",
@@ -72,6 +79,17 @@ _HEAD_RESOURCE = "node:__internal_head__"
 _MAX_LISTED = 10
 _MAX_NEAREST = 5
 
+_MIB = 1024 * 1024
+# The defaults of KVLimits. The store is for small shared state, and all of it lives in one process on
+# the head node, whose loss ends the cluster. 10_000 keys per namespace leaves room for a few keys per
+# rank at thousands of ranks (the same order as _MAX_CONCURRENCY); past that a namespace is far more
+# likely a leak (a key per step, never deleted) than a design. 64 MiB per namespace keeps a handful of
+# busy namespaces well under a GiB of head-node memory. 8 MiB per value: larger is data, not state (every
+# reader gets its own copy; it belongs in the Ray object store), and a namespace still holds eight.
+DEFAULT_MAX_KEYS = 10_000
+DEFAULT_MAX_BYTES = 64 * _MIB
+DEFAULT_MAX_VALUE_BYTES = 8 * _MIB
+
 
 class KVTimeoutError(SupervisorError, TimeoutError):
     """A blocking ``get``/``wait`` timed out; the one-line message says what the store holds instead.
@@ -82,6 +100,32 @@ class KVTimeoutError(SupervisorError, TimeoutError):
 
 class KVStoreNotFoundError(SupervisorError, LookupError):
     """No KV store actor exists (or it died) in the given Ray namespace; the message names it."""
+
+
+class KVLimitError(SupervisorError):
+    """A put was refused because it would exceed a :class:`KVLimits` limit; the one-line message names
+    the limit, the KV namespace and its usage. Nothing was written."""
+
+
+@dataclass(frozen=True)
+class KVLimits:
+    """How much one KV store holds. Set when the store's actor is created; fixed for its lifetime.
+
+    Attributes:
+        max_keys: keys per KV namespace.
+        max_bytes: bytes per KV namespace: pickled values plus UTF-8 keys.
+        max_value_bytes: bytes of one pickled value.
+    """
+
+    max_keys: int = DEFAULT_MAX_KEYS
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"KVLimits.{f.name} must be a positive integer, got {value!r}")
 
 
 # -- the actor ----------------------------------------------------------------------------------------
@@ -104,9 +148,12 @@ class _KVActor:
     Keys and values arrive validated and pickled from :class:`KVStore`; values stay opaque bytes.
     """
 
-    def __init__(self, supervisor: str) -> None:
+    def __init__(self, supervisor: str, limits: KVLimits | None = None) -> None:
         self._supervisor = supervisor
+        self._limits = limits if limits is not None else KVLimits()
         self._data: dict[str, dict[str, bytes]] = {}
+        # Bytes held per namespace (values plus keys), kept with every change rather than summed per put.
+        self._bytes: dict[str, int] = {}
         # Namespaces ever written, kept after their last key is deleted: a timeout can then tell
         # "never written" (a name mismatch) from "emptied" (a delete raced the reader).
         self._written: set[str] = set()
@@ -114,21 +161,59 @@ class _KVActor:
         # Reads that gave up, per namespace: {"count", "keys", "last_at", "diagnosis"} (for doctor).
         self._timeouts: dict[str, dict[str, Any]] = {}
 
-    async def put(self, namespace: str, key: str, value: bytes) -> None:
+    async def put(self, namespace: str, key: str, value: bytes) -> str | None:
+        """Store ``value``, or refuse: returns why when it would exceed a limit (nothing is changed then).
+
+        Refusals are returned rather than raised so that the client raises :class:`KVLimitError` with
+        this message alone, not Ray's wrapping of a remote traceback.
+        """
+        entries = self._data.get(namespace, {})
+        old = entries.get(key)
+        # An overwrite counts only by how much it grows the namespace.
+        grows = _entry_bytes(key, value) - (_entry_bytes(key, old) if old is not None else 0)
+        refusal = self._refusal(namespace, key, len(value), old is None, grows)
+        if refusal is not None:
+            return refusal
         self._data.setdefault(namespace, {})[key] = value
+        self._bytes[namespace] = self._bytes.get(namespace, 0) + grows
         self._written.add(namespace)
         # Popping the slot wakes exactly the readers of this key; later readers find the value.
         slot = self._slots.pop((namespace, key), None)
         if slot is not None:
             slot.event.set()
+        return None
+
+    def _refusal(self, namespace: str, key: str, value_bytes: int, new_key: bool, grows: int) -> str | None:
+        """Why a put of ``key`` would exceed a limit, or None when it fits."""
+        limits = self._limits
+        if value_bytes > limits.max_value_bytes:
+            return (
+                f"kv value of {key!r} in namespace {namespace!r} is too large: {_size(value_bytes)} "
+                f"(limit {_size(limits.max_value_bytes)} per value); share large data through the Ray "
+                f"object store or raise KVLimits.max_value_bytes"
+            )
+        keys = len(self._data.get(namespace, {}))
+        if new_key and keys >= limits.max_keys:
+            return (
+                f"kv namespace {namespace!r} is full: {keys} keys (limit {limits.max_keys} keys per "
+                f"namespace); delete keys or raise KVLimits.max_keys"
+            )
+        used = self._bytes.get(namespace, 0)
+        if used + grows > limits.max_bytes:
+            return (
+                f"kv namespace {namespace!r} is full: {_size(used)} used (limit {_size(limits.max_bytes)} "
+                f"per namespace) and {key!r} needs {_size(grows)} more; delete keys or raise KVLimits.max_bytes"
+            )
+        return None
 
     async def delete(self, namespace: str, key: str) -> bool:
         entries = self._data.get(namespace)
         if entries is None or key not in entries:
             return False
-        del entries[key]
+        self._bytes[namespace] -= _entry_bytes(key, entries.pop(key))
         if not entries:
             del self._data[namespace]
+            del self._bytes[namespace]
         return True
 
     async def peek(self, namespace: str, key: str) -> tuple[bool, bytes | None]:
@@ -146,6 +231,9 @@ class _KVActor:
             "supervisor": self._supervisor,
             "namespaces": len(self._data),
             "keys": sum(len(entries) for entries in self._data.values()),
+            "bytes": sum(self._bytes.values()),
+            "usage": {ns: {"keys": len(e), "bytes": self._bytes[ns]} for ns, e in sorted(self._data.items())},
+            "limits": dataclasses.asdict(self._limits),
             "waiting_keys": len(self._slots),
             "waiters": sum(slot.waiters for slot in self._slots.values()),
             "timeouts": {ns: dict(t) for ns, t in self._timeouts.items()},
@@ -229,6 +317,18 @@ class _KVActor:
             strays = [k for k in missing if any(k in self._data[n] for n in elsewhere)]
             text += f"; {_quoted(strays, 3)} found in namespace(s) {_quoted(elsewhere)}"
         return text
+
+
+def _entry_bytes(key: str, value: bytes) -> int:
+    """What one entry counts against its namespace's bytes."""
+    return len(key.encode()) + len(value)
+
+
+def _size(n: int) -> str:
+    """``512 B``, ``1.5 KiB``, ``64 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.4g} KiB" if n < _MIB else f"{n / _MIB:.4g} MiB"
 
 
 def _nearest(word: str, candidates: Iterable[str], limit: int) -> list[str]:
@@ -315,7 +415,9 @@ class KVStore:
 
     # -- creation -----------------------------------------------------------------------------------
     @classmethod
-    def create_or_attach(cls, supervisor_name: str, namespace_of_actors: str | None = None) -> KVStore:
+    def create_or_attach(
+        cls, supervisor_name: str, namespace_of_actors: str | None = None, limits: KVLimits | None = None
+    ) -> KVStore:
         """Create the supervisor's KV actor, or attach to it when it exists (a restarted daemon).
 
         The actor is detached, named :data:`KV_ACTOR_NAME`, needs no CPU and is pinned to the head
@@ -324,6 +426,8 @@ class KVStore:
         Args:
             supervisor_name: the supervisor the store belongs to (kept by the actor for ``info``).
             namespace_of_actors: Ray namespace for the actor; defaults to ``supervisor.<name>``.
+            limits: what the store may hold (default :class:`KVLimits`). They are the actor's: an
+                existing actor keeps the ones it was created with (a warning says so when they differ).
 
         Returns:
             A client whose actor has started.
@@ -352,7 +456,7 @@ class KVStore:
                     max_concurrency=_MAX_CONCURRENCY,
                     max_restarts=0,
                 )
-                .remote(supervisor_name)
+                .remote(supervisor_name, limits)
             )
             created = True
         store = cls(namespace, handle)
@@ -363,7 +467,14 @@ class KVStore:
                 f"the KV store in Ray namespace {namespace!r} did not start within {_START_TIMEOUT_S:g}s "
                 f"(it needs a sliver of the head node's {_HEAD_RESOURCE!r} resource)"
             ) from None
-        log.info("kv_store_ready", supervisor=supervisor_name, ray_namespace=namespace, created=created, keys=info["keys"])
+        log.info(
+            "kv_store_ready", supervisor=supervisor_name, ray_namespace=namespace, created=created, keys=info["keys"],
+            bytes=info["bytes"], limits=info["limits"],
+        )  # fmt: skip
+        requested = dataclasses.asdict(limits) if limits is not None else None
+        if requested is not None and info["limits"] != requested:
+            # The actor's limits stand: changing them under existing data could strand it over a limit.
+            log.warning("kv_limits_kept", ray_namespace=namespace, requested=requested, kept=info["limits"])
         return store
 
     @classmethod
@@ -407,6 +518,7 @@ class KVStore:
         later read, from any process, sees it.
 
         Raises:
+            KVLimitError: the put would exceed one of the store's :class:`KVLimits` (nothing was written).
             ConfigError: ``key`` or ``namespace`` is not a non-empty string.
             KVStoreNotFoundError: the store is gone.
         """
@@ -414,7 +526,9 @@ class KVStore:
 
         _check_name("key", key)
         _check_name("namespace", namespace)
-        self._call("put", namespace, key, cloudpickle.dumps(value))
+        refusal = self._call("put", namespace, key, cloudpickle.dumps(value))
+        if refusal is not None:
+            raise KVLimitError(refusal)
 
     def get(self, key: str, timeout_s: float | None = None, namespace: str = DEFAULT_NAMESPACE) -> Any:
         """The value of ``key``, waiting until it exists.
@@ -481,7 +595,9 @@ class KVStore:
         return list(self._call("namespaces"))
 
     def info(self) -> dict[str, Any]:
-        """Counts for status output: ``supervisor``, ``namespaces``, ``keys``, ``waiting_keys``, ``waiters``."""
+        """Counts for status output: ``supervisor``, ``namespaces``, ``keys``, ``bytes``, ``usage``
+        (``{namespace: {"keys", "bytes"}}``), ``limits`` (:class:`KVLimits` as a dict), ``waiting_keys``,
+        ``waiters``, ``timeouts``."""
         return dict(self._call("info"))
 
     def _wait(self, keys: list[str], timeout_s: float | None, namespace: str, what: str) -> dict[str, Any]:

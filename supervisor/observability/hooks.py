@@ -72,6 +72,12 @@ class LifecycleHooks:
     def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
         """A standby died, or its constructor raised (it is dropped and another one started)."""
 
+    def on_group_removed(self, group: str) -> None:
+        """The group is gone for good (its supervisor stopped, or the daemon tore it down)."""
+
+    def on_pool_removed(self, pool: str) -> None:
+        """The pool is gone for good (its placement groups were removed)."""
+
 
 class ObservingHooks(LifecycleHooks):
     """Record metrics and structured logs for every lifecycle event."""
@@ -139,6 +145,15 @@ class ObservingHooks(LifecycleHooks):
 
     def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
         log.warning("standby_failed", group=group, actor=actor, detail=detail)
+
+    def on_group_removed(self, group: str) -> None:
+        # Its series would otherwise be exported, frozen, for as long as the process lives.
+        metrics.forget_group(group)
+        log.debug("group_metrics_removed", group=group)
+
+    def on_pool_removed(self, pool: str) -> None:
+        metrics.forget_pool(pool)
+        log.debug("pool_metrics_removed", pool=pool)
 
 
 def default_hooks() -> LifecycleHooks:

@@ -8,9 +8,11 @@ and base units; labels are bounded (never node or actor ids: those go to logs).
 from __future__ import annotations
 
 import enum
+import threading
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.metrics import MetricWrapperBase
 
 from ..daemon.loopback import is_loopback_host
 
@@ -35,6 +37,8 @@ __all__ = [
     "BUILD_INFO",
     "DispatchFailure",
     "observe_dispatch",
+    "forget_group",
+    "forget_pool",
     "exposure_warning",
     "serve",
 ]
@@ -112,6 +116,10 @@ class DispatchFailure(enum.Enum):
 
 
 _DISPATCH_DURATION_CHILDREN: dict[tuple[str, str], Any] = {}
+# Taken only to fill the cache above and by forget_group, never on a cache hit: without it a call that
+# misses while its group is forgotten could cache a child no longer exported, and its series would stay
+# missing for good.
+_CHILDREN_LOCK = threading.Lock()
 
 
 def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchFailure | None) -> None:
@@ -120,10 +128,41 @@ def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchF
     # this runs on the hot path of every training step.
     child = _DISPATCH_DURATION_CHILDREN.get((group, method))
     if child is None:
-        child = _DISPATCH_DURATION_CHILDREN[(group, method)] = DISPATCH_DURATION.labels(group=group, method=method)
+        with _CHILDREN_LOCK:
+            child = _DISPATCH_DURATION_CHILDREN.get((group, method))
+            if child is None:
+                child = DISPATCH_DURATION.labels(group=group, method=method)
+                _DISPATCH_DURATION_CHILDREN[(group, method)] = child
     child.observe(seconds)
     if failure is not None:
         DISPATCH_FAILURES.labels(group=group, method=method, reason=failure.value).inc()
+
+
+def forget_group(group: str) -> None:
+    """Stop exporting every series of ``group``: each label set whose ``group`` label is ``group``, in
+    every metric that has that label.
+
+    For a group that is gone for good (its supervisor stopped, the daemon tore it down): label sets
+    otherwise stay exported forever, and over a long run of short-lived groups they pile up. Anything
+    recorded for the group afterwards starts its series again from zero.
+    """
+    with _CHILDREN_LOCK:
+        _forget("group", group)
+        for key in [k for k in _DISPATCH_DURATION_CHILDREN if k[0] == group]:
+            del _DISPATCH_DURATION_CHILDREN[key]
+
+
+def forget_pool(pool: str) -> None:
+    """Stop exporting every series of ``pool`` (as :func:`forget_group`, for the ``pool`` label)."""
+    _forget("pool", pool)
+
+
+def _forget(label: str, value: str) -> None:
+    # The metrics are found from the definitions above rather than listed, so one added later with
+    # the label is forgotten too.
+    for metric in list(globals().values()):
+        if isinstance(metric, MetricWrapperBase) and label in metric._labelnames:
+            metric.remove_by_labels({label: value})
 
 
 def exposure_warning(host: str, tls: bool) -> str | None:

@@ -18,7 +18,9 @@ Recovery is split in two kinds of task so that the ranks of one failure recover 
   ranks of one node loss initialise together.
 
 Every replacement started for a failed rank is one restart against the budget (a retry after a
-transient error too); ranks rebuilt only because of others (one_for_all) are not charged.
+transient error too); ranks rebuilt only because of others (one_for_all) are not charged. The state's
+restart history keeps only the restarts inside the restart window (pruned on every pass that plans),
+so it stays as short as the restart budget over a run of any length.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .restart_policy import (
     budget_allows,
     budget_message,
     consecutive_restarts,
+    prune_to_window,
 )
 from .states import GroupState, WorkerState, check_group_transition, check_rank_transition
 
@@ -74,7 +77,7 @@ class RankView:
 class LoopState:
     group: GroupState
     ranks: tuple[RankView, ...]
-    history: tuple[RestartRecord, ...] = ()
+    history: tuple[RestartRecord, ...] = ()  # the restarts inside the restart window (older ones are dropped)
     rendezvous_stale: bool = False  # rank 0 runs a new rendezvous that the other ranks have not learnt
     init_running: bool = False
     init_not_before: float = 0.0  # after a transient init error
@@ -179,7 +182,9 @@ class _Planner:
         self.group = state.group
         self.ranks = list(state.ranks)  # indexed by rank
         self.unsettled = set(state.unsettled)
-        self.history = list(state.history)
+        # Budget and backoff read only restarts inside the window, and `now` only grows: the older ones
+        # can never count again, and keeping them would grow the state (and every scan) over a long run.
+        self.history = list(prune_to_window(state.history, self.policy, now))
         self.rendezvous_stale = state.rendezvous_stale
         self.init_running = state.init_running
         self.init_not_before = state.init_not_before

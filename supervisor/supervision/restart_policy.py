@@ -9,7 +9,9 @@ A :class:`RestartPolicy` says how a group reacts when ranks fail:
 * backoff: consecutive restarts of the same rank wait ``backoff_initial_s * 2**(n-1)`` (capped).
 
 The rules here are pure (the reconcile loop's :func:`~supervisor.supervision.reconcile.decide`
-applies them); :func:`within_window` is the one window rule, also used for the daemon's record.
+applies them); :func:`within_window` is the one window rule, also used for the daemon's record. Every
+rule reads only the restarts inside the window, so :func:`prune_to_window` keeps a history bounded over
+a multi-week run without changing any decision.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "RestartStrategy", "FailureReason", "RestartPolicy", "Failure", "RestartRecord", "within_window",
-    "restarts_in_window", "budget_allows", "consecutive_restarts", "budget_message",
+    "restarts_in_window", "budget_allows", "consecutive_restarts", "budget_message", "prune_to_window",
 ]  # fmt: skip
 
 
@@ -90,6 +92,18 @@ class RestartRecord:
 def within_window(at: float, window_s: float, now: float) -> bool:
     """Whether a restart at ``at`` still counts at ``now`` (the sliding window, boundary included)."""
     return at >= now - window_s
+
+
+def prune_to_window(
+    history: Sequence[RestartRecord], policy: RestartPolicy, now: float
+) -> tuple[RestartRecord, ...]:
+    """The restarts of ``history`` that still count at ``now``, in order.
+
+    Dropping the rest changes no later decision as long as the clock never goes back: a restart outside
+    the window at ``now`` is outside it at every later time too, and every rule here counts only restarts
+    inside the window.
+    """
+    return tuple(r for r in history if within_window(r.at, policy.restart_window_s, now))
 
 
 def restarts_in_window(history: Sequence[RestartRecord], policy: RestartPolicy, now: float) -> int:
