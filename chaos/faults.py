@@ -41,7 +41,7 @@ def rank_nodes(record: Any) -> dict[tuple[str, int], tuple[str | None, str | Non
 
 
 def actor_ids(record: Any) -> dict[str, str]:
-    """Actor id of every named actor of the supervisor (ranks, standbys, the KV store)."""
+    """Actor id of every named actor of the supervisor (ranks, standbys, the KV store, the owner fence)."""
     import ray
 
     from supervisor.daemon.ownership import find_owned

@@ -244,7 +244,7 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     daemon = daemons(write_spec(tmp_path, name, extra_group=others), name)
     record = wait_record(name, daemon=daemon)
     actor_ids = set(live_state(name)[1].values())
-    assert len(actor_ids) == 8 + 1  # the ranks and the KV store
+    assert len(actor_ids) == 8 + 2  # the ranks, the KV store and the owner fence
     # One rank killed and replaced: status shows the failure and the restart.
     ray.kill(ray.get_actor("counters_CounterWorker_1:0", namespace=record.namespace), no_restart=True)
     deadline = time.monotonic() + 30
@@ -322,7 +322,7 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
         assert time.monotonic() < deadline, "driver made no progress"
         time.sleep(0.2)
     pgs_before, actors_before = live_state(name)
-    assert len(pgs_before) == 2 and len(actors_before) == 4 + 1  # the ranks and the KV store
+    assert len(pgs_before) == 2 and len(actors_before) == 4 + 2  # the ranks, the KV store and the fence
     from supervisor.daemon.kv import KVStore
 
     assert KVStore.attach(f"supervisor.{name}").get("last_step", timeout_s=10, namespace="driver") >= 2
@@ -387,7 +387,7 @@ def test_standbys_take_over_killed_ranks_and_are_readopted_with_the_job(cluster,
 
     # A restarted daemon re-adopts the job as it is now: the former standby as rank 1, the new standby.
     pgs_before, actors_before = live_state(name)
-    assert len(pgs_before) == 3 and len(actors_before) == 4 + 2 + 1  # ranks, standbys, the KV store
+    assert len(pgs_before) == 3 and len(actors_before) == 4 + 2 + 2  # ranks, standbys, the KV store, the fence
     daemon.proc.send_signal(signal.SIGKILL)
     daemon.wait_exit()
     second = daemons(spec, name)
@@ -439,13 +439,13 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
 
 def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_path):
     a = daemons(write_spec(tmp_path, "sv-a"), "sv-a")
-    b_spec = write_spec(tmp_path, "sv-b", grace_s=4.0)
+    b_spec = write_spec(tmp_path, "sv-b", grace_s=8.0)  # each CLI call below takes a second or two
     b = daemons(b_spec, "sv-b")
     wait_record("sv-a", daemon=a)
     wait_record("sv-b", daemon=b)
     a_state = live_state("sv-a")
     b_pgs, b_actors = live_state("sv-b")
-    assert len(a_state[0]) == len(b_pgs) == 2 and len(a_state[1]) == len(b_actors) == 4 + 1
+    assert len(a_state[0]) == len(b_pgs) == 2 and len(a_state[1]) == len(b_actors) == 4 + 2  # ranks, KV store, fence
     b.proc.send_signal(signal.SIGKILL)
     b.wait_exit()
 
@@ -454,7 +454,9 @@ def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_
     nothing = cli("gc", "--address", cluster.address)  # sv-b is still within its grace period
     assert nothing.returncode == 0 and "nothing to collect" in nothing.stdout
 
-    time.sleep(4.5)  # sv-b's heartbeat is now older than its grace period
+    silent = cli("list", "--json", "--address", cluster.address)
+    (b_row,) = [row for row in json.loads(silent.stdout) if row["name"] == "sv-b"]
+    time.sleep(max(0.0, 8.5 - b_row["heartbeat_age_s"]))  # sv-b's daemon is now silent for longer than its grace period
     status = cli("status", "--address", cluster.address)
     assert re.search(r"^ sv-b: daemon not running since .*orphaned", status.stdout, re.M), status.stdout
     assert re.search(r"^ sv-a: running, pid ", status.stdout, re.M), status.stdout

@@ -244,6 +244,12 @@ class Daemon:
         code = reason.exit_code
         self._linger_metrics(code)
         self._stop_metrics()
+        # A process that runs daemons one after another (tests, an embedding service) must not
+        # export the series of groups it no longer supervises.
+        for m in job.groups:
+            job.hooks.on_group_removed(m.name)
+        for pool in job.pools.values():
+            job.hooks.on_pool_removed(pool.name_prefix)
         self._disconnect()
         log.info("supervisor_stopped", supervisor=self.spec.name, reason=reason.value, exit_code=int(code), error=self._error)
         return code

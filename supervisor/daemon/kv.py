@@ -43,7 +43,7 @@ from typing import Any
 from ..errors import ClusterUnavailableError, ConfigError, SupervisorError, first_line
 from ..observability import metrics
 from ..observability.log import get_logger
-from .ownership import namespace_of
+from .ownership import HEAD_RESOURCE, namespace_of
 
 __all__ = [
     "KVStore",
@@ -73,8 +73,6 @@ _START_TIMEOUT_S = 120.0
 # Pending reads each hold one slot of the async actor (a coroutine, cheap), and a put queued behind
 # a full actor would wait for a long poll to end: room for thousands of ranks blocked on one key.
 _MAX_CONCURRENCY = 10_000
-# Every Ray head node has this resource: a tiny demand of it pins the actor to the head.
-_HEAD_RESOURCE = "node:__internal_head__"
 # Caps on what a timeout message lists, to keep it one readable line.
 _MAX_LISTED = 10
 _MAX_NEAREST = 5
@@ -452,7 +450,7 @@ class KVStore:
                     lifetime="detached",
                     get_if_exists=True,
                     num_cpus=0,
-                    resources={_HEAD_RESOURCE: 0.001},
+                    resources={HEAD_RESOURCE: 0.001},
                     max_concurrency=_MAX_CONCURRENCY,
                     max_restarts=0,
                 )
@@ -465,7 +463,7 @@ class KVStore:
         except ray.exceptions.GetTimeoutError:
             raise SupervisorError(
                 f"the KV store in Ray namespace {namespace!r} did not start within {_START_TIMEOUT_S:g}s "
-                f"(it needs a sliver of the head node's {_HEAD_RESOURCE!r} resource)"
+                f"(it needs a sliver of the head node's {HEAD_RESOURCE!r} resource)"
             ) from None
         log.info(
             "kv_store_ready", supervisor=supervisor_name, ray_namespace=namespace, created=created, keys=info["keys"],
