@@ -10,7 +10,10 @@ from typing import Any
 
 from .harness import BIN, ENV, Daemon, actor_pid
 
-__all__ = ["KillMethod", "kill_actor", "rank_restarts", "rank_nodes", "group_sizes", "stop_daemon", "actor_ids"]
+__all__ = [
+    "KillMethod", "kill_actor", "rank_restarts", "rank_nodes", "group_sizes", "stop_daemon", "actor_ids", "cli", "placement_group_ids",
+    "rank_rendezvous",
+]  # fmt: skip
 
 
 class KillMethod(enum.Enum):
@@ -55,7 +58,31 @@ def actor_ids(record: Any) -> dict[str, str]:
     return out
 
 
+def cli(address: str, *args: str, timeout_s: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """``supervisor ARGS --address ADDRESS``, as an operator runs it."""
+    return subprocess.run(
+        [str(BIN / "supervisor"), *args, "--address", address], env=ENV, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
 def stop_daemon(daemon: Daemon, address: str, timeout_s: float = 120.0) -> int:
     """``supervisor stop NAME``; returns the daemon's exit code."""
-    subprocess.run([str(BIN / "supervisor"), "stop", daemon.name, "--address", address], env=ENV, capture_output=True, timeout=60)
+    cli(address, "stop", daemon.name, timeout_s=60)
     return daemon.wait_exit(timeout_s)
+
+
+def placement_group_ids(name: str) -> dict[str, str]:
+    """``{placement-group name: id}`` of the supervisor's live placement groups."""
+    from supervisor.daemon.ownership import find_owned
+
+    return find_owned(name).placement_groups
+
+
+def rank_rendezvous(record: Any, group: str) -> list[str | None]:
+    """The rendezvous each rank of ``group`` last ran its init on (None: init never ran on it)."""
+    import ray
+
+    from .harness import rank_actor
+
+    infos = [rank_actor(record, group, rank)[1].model_info.remote() for rank in range(len(record.groups[group].actor_names))]
+    return [info["init_rendezvous"] for info in ray.get(infos, timeout=60)]

@@ -102,6 +102,8 @@ class JobOptions:
     resource_timeout_s: float = 300.0
     target_token: int = 7
     heartbeat_interval_s: float = 0.5
+    orphan_grace_s: float = 30.0
+    shutdown_timeout_s: float = 30.0  # room for a slow shutdown method (slow-stop)
 
     def spec(self, name: str, fault_dir: Path) -> str:
         group = textwrap.dedent(
@@ -117,6 +119,7 @@ class JobOptions:
             probe_timeout_s = {self.probe_timeout_s}
             call_timeout_s = {self.call_timeout_s}
             shutdown_method = "shutdown"
+            shutdown_timeout_s = {self.shutdown_timeout_s}
             """
         )
         pools = "".join(
@@ -124,7 +127,7 @@ class JobOptions:
             for pool, layout in (("rollout", "[2, 2]"), ("reference", "[1, 1]"))
         )
         return (
-            f'[supervisor]\nname = "{name}"\nheartbeat_interval_s = {self.heartbeat_interval_s}\n'
+            f'[supervisor]\nname = "{name}"\nheartbeat_interval_s = {self.heartbeat_interval_s}\norphan_grace_s = {self.orphan_grace_s}\n'
             f'[ray]\npython_path = ["{REPO}"]\n'
             + pools
             + f'[groups.rollout]\npool = "rollout"\nclass = "examples.rlhf.workers:RolloutWorker"\n{group}'

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 from ..runner import Scenario
-from . import actor_kill, crash_loop, hang, node_loss, starvation, supervisor_kill, teardown
+from . import (
+    actor_kill,
+    crash_loop,
+    detach_gc,
+    hang,
+    kill_during_recovery,
+    node_loss,
+    pause,
+    slow_stop,
+    starvation,
+    supervisor_kill,
+    teardown,
+)
 
 __all__ = ["SCENARIOS"]
 
@@ -15,5 +27,5 @@ SCENARIOS: dict[str, Scenario] = {
         module.PROFILES,
         module.TIME_LIMIT_S,
     )
-    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown)
+    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown, pause, kill_during_recovery, detach_gc, slow_stop)
 }

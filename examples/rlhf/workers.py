@@ -14,8 +14,11 @@ import cost is paid in ``init_model``, under the spec's init timeout.
 Fault hooks for the chaos suite (``chaos/``): when ``RLHF_FAULT_DIR`` is set in a worker's environment,
 a file ``hang-<group>-<rank>`` there makes that rank's next data call hang (the file is consumed), and
 a file ``crashloop-<group>-<rank>`` makes every actor of that rank exit at its first data call (a
-worker that crashes as soon as it gets work, on every start). ``<group>`` is the
-group's name prefix without its trailing ``_`` (``rollout``). Without the variable nothing is checked.
+worker that crashes as soon as it gets work, on every start). A file ``slowinit-<group>-<rank>``
+(or ``slowinit-<group>-all``) holding a number of seconds makes ``init_model`` take that long (a
+model load), and ``slowstop-...`` does the same for ``shutdown`` (a checkpoint); neither is consumed.
+``slowstart-...`` for the constructor (a worker importing torch). ``<group>`` is the group's name
+prefix without its trailing ``_`` (``rollout``). Without the variable nothing is checked.
 """
 
 from __future__ import annotations
@@ -138,6 +141,24 @@ def _fault_marker(kind: str, rank: int, consume: bool) -> bool:
     return True
 
 
+def _fault_delay(kind: str, rank: int | str) -> None:
+    """Sleep for the seconds a ``<kind>-<group>-<rank>`` (or ``-all``) marker holds, if there is one."""
+    directory = os.environ.get(FAULT_DIR_ENV)
+    if not directory:
+        return
+    group = os.environ.get("WG_PREFIX", "").rstrip("_")
+    for who in (str(rank), "all"):
+        try:
+            with open(os.path.join(directory, f"{kind}-{group}-{who}")) as f:
+                seconds = float(f.read().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            continue
+        import time
+
+        time.sleep(seconds)
+        return
+
+
 def _fault_in_call(rank: int) -> None:
     if _fault_marker("crashloop", rank, consume=False):
         os._exit(1)
@@ -159,8 +180,10 @@ class _TinyLMWorker(Worker):
 
     def __init__(self, vocab_size: int = 64, hidden: int = 32, seed: int = 0, max_new_tokens: int = 16) -> None:
         super().__init__()
+        _fault_delay("slowstart", os.environ.get("RANK", "standby"))  # a standby has no rank yet
         self.config = LMConfig(vocab_size=vocab_size, hidden=hidden, seed=seed, max_new_tokens=max_new_tokens)
         self._lm: torch.nn.ModuleDict | None = None
+        self._init_rendezvous: str | None = None  # MASTER_ADDR:MASTER_PORT when init_model last ran
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> str:
@@ -171,6 +194,10 @@ class _TinyLMWorker(Worker):
         """
         import supervisor.core.protocol  # noqa: F401  (import for its cost, see above)
 
+        _fault_delay("slowinit", self.rank)
+        # What a collective init would join (torch.distributed reads these): kept to show which
+        # rendezvous this rank was initialised on.
+        self._init_rendezvous = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
         self._lm = build_lm(self.config)
         return weights_digest(self._lm)
 
@@ -180,13 +207,14 @@ class _TinyLMWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, idempotent=True)
     def model_info(self) -> dict[str, Any]:
-        """Config, process id and weights digest of this rank (the digest is None before init)."""
+        """Config, process id, weights digest and init rendezvous of this rank (None before init)."""
         digest = weights_digest(self._lm) if self._lm is not None else None
-        return {"rank": self.rank, "pid": os.getpid(), "weights_digest": digest, **asdict(self.config)}
+        return {"rank": self.rank, "pid": os.getpid(), "weights_digest": digest, "init_rendezvous": self._init_rendezvous, **asdict(self.config)}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def shutdown(self) -> None:
         """Release the model (called at teardown; harmless when repeated or before init)."""
+        _fault_delay("slowstop", self.rank)
         self._lm = None
 
     def _model(self) -> torch.nn.ModuleDict:
