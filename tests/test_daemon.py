@@ -36,7 +36,7 @@ def cluster():
 
 def write_spec(
     tmp_path: Path, name: str, driver: str | None = None, extra_group: str = "", grace_s: float = 30.0, linger_s: float = 0,
-    on_sigterm: str = "teardown", pool_extra: str = "", **group_opts: object,
+    on_sigterm: str = "teardown", pool_extra: str = "", detached_grace_s: float = 86400.0, **group_opts: object,
 ) -> Path:  # fmt: skip
     driver_block = f'[driver]\nfunction = "daemon_drivers:count_steps"\n[driver.args]\n{driver}\n' if driver is not None else ""
     text = textwrap.dedent(
@@ -45,6 +45,7 @@ def write_spec(
         name = "{name}"
         heartbeat_interval_s = 0.5
         orphan_grace_s = {grace_s}
+        detached_grace_s = {detached_grace_s}
         on_sigterm = "{on_sigterm}"
         [ray]
         python_path = ["{TESTS_DIR}"]
@@ -535,6 +536,30 @@ def test_detach_leaves_the_job_running_for_the_next_start(cluster, daemons, tmp_
     assert live_state(name) == before, "the next start recreated what it should re-adopt"
     assert cli("stop", name, "--address", cluster.address).returncode == 0  # a real stop still tears down
     assert second.wait_exit() == 0
+    assert_nothing_left(name, set(before[1].values()))
+
+
+def test_gc_keeps_a_detached_job_until_its_detached_grace_s_or_include_detached(cluster, daemons, tmp_path):
+    name = "sv-detached-gc"
+    daemon = daemons(write_spec(tmp_path, name, grace_s=2.0, detached_grace_s=8.0), name)
+    wait_record(name, daemon=daemon)
+    before = live_state(name)
+    assert cli("stop", name, "--detach", "--address", cluster.address).returncode == 0
+    assert daemon.wait_exit() == 0
+    detached_at = time.monotonic()
+    time.sleep(2.5)  # past its orphan_grace_s: a crashed daemon's job would be collected now
+    kept = cli("gc", "--address", cluster.address)
+    assert kept.returncode == 0 and f"kept supervisor {name}: detached" in kept.stdout, kept.stdout
+    assert live_state(name) == before
+    status = cli("status", name, "--address", cluster.address)
+    assert re.search(rf"^ {name}: detached \d+s ago .*start the same spec to re-adopt", status.stdout, re.M), status.stdout
+    refused = cli("stop", name, "--address", cluster.address)
+    assert refused.returncode == 1 and f"supervisor {name} is detached" in refused.stderr
+    listed = cli("gc", "--include-detached", "--dry-run", "--address", cluster.address)
+    assert f"would remove supervisor {name}" in listed.stdout, listed.stdout
+    time.sleep(max(0.0, 8.5 - (time.monotonic() - detached_at)))  # past its detached_grace_s
+    collected = cli("gc", "--address", cluster.address)
+    assert f"removed supervisor {name}" in collected.stdout, collected.stdout
     assert_nothing_left(name, set(before[1].values()))
 
 

@@ -69,6 +69,20 @@ def test_leaked_placement_group_and_orphaned_supervisor():
     assert "holds GPU 2" in found[1].detail and "remove_placement_group" in found[1].fix
 
 
+def test_a_detached_supervisor_is_shown_detached_never_orphaned():
+    detached = record("kept", age=10**5, state="detached")
+    found = diagnose(facts(records=[detached]))
+    assert kinds(found) == [("detached supervisor", "kept")]
+    assert "waiting for the next start" in found[0].detail and "--include-detached" in found[0].fix
+
+
+def test_liveness_uses_the_silence_the_fence_measured_not_the_records_clock():
+    # The daemon's clock is an hour behind: its record looks an hour old, yet its fence heard from it now.
+    skewed = record("skewed", age=3600)
+    assert diagnose(facts(records=[skewed], silences={"skewed": 0.4}, cluster_ray_version="2.60.0")) == []
+    assert kinds(diagnose(facts(records=[record("gone")], silences={"gone": 45.0}))) == [("orphaned supervisor", "gone")]
+
+
 def test_init_failures_restarts_drift_hung_oversubscription_version():
     group = GroupRecord(
         "g", "p", "m:C", ["a", "b"], state="running", initialized=True,

@@ -98,6 +98,19 @@ def test_render_running_supervisor():
     assert lines[-4:] == ["Pending Demands:", " (no resource demands)", "Warnings:", " (no warnings)"]
 
 
+def test_render_shows_failed_record_writes_and_detached_jobs():
+    failing = report(alive=True)
+    failing.supervisors[0].record_write_failures = 3
+    failing.supervisors[0].last_record_write_error = "GetTimeoutError: the GCS did not answer"
+    assert "; 3 record write(s) failed, last: GetTimeoutError: the GCS did not answer" in render_status(failing)
+    detached = report(alive=False)
+    detached.supervisors[0].liveness = "detached"
+    detached.supervisors[0].detached_grace_s = 86400.0
+    text = render_status(detached)
+    assert " demo: detached 1m35s ago (pid 42 on h); its pools and workers run on: start the same spec to re-adopt them" in text
+    assert "(`supervisor gc` collects it after 24h00m00s, or with --include-detached)" in text and "orphaned" not in text
+
+
 def test_render_daemon_down_says_since_when_and_where_counts_come_from():
     text = render_status(report(alive=False))
     assert "Running:\n (no running supervisors)" in text
