@@ -22,7 +22,7 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
-    from . import data, decision, dispatch, recovery, scale, standby_recovery
+    from . import data, decision, dispatch, fencing, recovery, scale, standby_recovery
 
     return {
         "dispatch": lambda: dispatch.run(reps=30 if quick else 300),
@@ -31,6 +31,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "standby": lambda: standby_recovery.run(kills=2 if quick else 10),
         "scale": lambda: scale.run(rounds=1 if quick else 2, idle_s=5 if quick else 30),
         "decision": lambda: decision.run(reps=20 if quick else 200),
+        "fencing": lambda: fencing.run(reps=30 if quick else 300),
     }
 
 

@@ -38,6 +38,21 @@ def ray_cluster():
         cluster.shutdown()
 
 
+@pytest.fixture(scope="module")
+def one_node_cluster():
+    """One 2-CPU node, no GPUs; the driver is connected. For modules that need only Ray itself."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    try:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 @pytest.fixture
 def no_leaks(ray_cluster):
     """Fails the test if it leaves a live placement group or a live actor behind."""

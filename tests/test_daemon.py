@@ -539,6 +539,29 @@ def test_detach_leaves_the_job_running_for_the_next_start(cluster, daemons, tmp_
     assert_nothing_left(name, set(before[1].values()))
 
 
+def test_a_restart_with_a_smaller_spec_removes_what_left_it_from_the_cluster_and_the_record(cluster, daemons, tmp_path):
+    name = "sv-shrink"
+    extra = '[pools.q]\nprocess_on_nodes = [1]\nmax_colocate_count = 2\n[groups.more]\npool = "q"\nclass = "workers:CounterWorker"\n'
+    first = daemons(write_spec(tmp_path, name, extra_group=extra), name)
+    record = wait_record(name, daemon=first)
+    assert sorted(record.pools) == ["p", "q"] and sorted(record.groups) == ["counters", "more"]
+    pgs, actors = live_state(name)
+    first.proc.send_signal(signal.SIGKILL)
+    first.wait_exit()
+    second = daemons(write_spec(tmp_path, name), name)  # the same job without pool q and group more
+    record = wait_record(name, daemon=second)
+    assert sorted(record.pools) == ["p"] and sorted(record.groups) == ["counters"], "phantom pools or groups in the record"
+    from supervisor.daemon.ownership import find_owned
+
+    owned = find_owned(name)  # by name, not from the record: what the cluster still holds
+    assert owned.placement_groups == {n: i for n, i in pgs.items() if n.startswith(f"{name}.p:")}
+    assert sorted(owned.actors) == sorted(n for n in actors if not n.startswith("more_"))
+    assert live_state(name)[1] == {n: i for n, i in actors.items() if not n.startswith("more_")}  # untouched
+    assert cli("stop", name, "--address", cluster.address).returncode == 0
+    assert second.wait_exit() == 0
+    assert_nothing_left(name, set(actors.values()))
+
+
 def test_gc_keeps_a_detached_job_until_its_detached_grace_s_or_include_detached(cluster, daemons, tmp_path):
     name = "sv-detached-gc"
     daemon = daemons(write_spec(tmp_path, name, grace_s=2.0, detached_grace_s=8.0), name)

@@ -20,22 +20,8 @@ GRACE_S = 1.5
 INTERVAL_S = 0.2
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    try:
-        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
 @pytest.fixture
-def name(cluster):
+def name(one_node_cluster):
     """A fresh supervisor name; whatever a test leaves of it is removed afterwards."""
     import ray
 

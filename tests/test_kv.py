@@ -52,25 +52,15 @@ def _named_actors_in(namespaces: set[str]) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(one_node_cluster):
     import ray
-    from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    try:
-        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-        yield c
-    finally:
+    yield one_node_cluster
+    for namespace, name in _named_actors_in(TEST_ACTOR_NAMESPACES):  # before the cluster goes
         try:
-            if ray.is_initialized():
-                for namespace, name in _named_actors_in(TEST_ACTOR_NAMESPACES):
-                    try:
-                        ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
-                    except ValueError:
-                        pass
-        finally:
-            ray.shutdown()
-            c.shutdown()
+            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+        except ValueError:
+            pass
 
 
 @pytest.fixture(scope="module")

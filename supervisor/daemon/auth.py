@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ClusterUnavailableError, ConfigError
+from .liveness import pid_alive
 from .loopback import is_loopback_host
 
 __all__ = [
@@ -141,7 +142,7 @@ def find_local_token(address: str) -> Path | None:
     for entry in sorted(root.iterdir()):
         try:
             published = json.loads((entry / CLUSTER_FILE).read_text())
-            if _same_address(str(published["address"]), address) and _pid_alive(int(published["pid"])):
+            if _same_address(str(published["address"]), address) and pid_alive(int(published["pid"])):
                 token = entry / TOKEN_FILE
                 if token.is_file():
                     return token
@@ -156,7 +157,7 @@ def _remove_dead(root: Path) -> None:
             pid = int(json.loads((entry / CLUSTER_FILE).read_text())["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # being created right now, or not one of ours
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -164,16 +165,6 @@ def _same_address(a: str, b: str) -> bool:
     host_a, _, port_a = a.rpartition(":")
     host_b, _, port_b = b.rpartition(":")
     return port_a == port_b and (host_a == host_b or (is_loopback_host(host_a) and is_loopback_host(host_b)))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class TokenSource(enum.Enum):

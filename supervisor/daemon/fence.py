@@ -29,15 +29,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ClusterUnavailableError, SupersededError, first_line
+from ..fencing import UNFENCED
 from ..observability.log import get_logger
 from .liveness import HeartbeatWatch, Liveness, ProcessIdentity, judge
-from .ownership import HEAD_RESOURCE, Owned, namespace_of
-
-if TYPE_CHECKING:
-    from .record import SupervisorRecord
+from .ownership import HEAD_RESOURCE, Owned, namespace_of, start_head_actor
+from .record import RecordStore, SupervisorRecord
 
 __all__ = [
     "FENCE_ACTOR_NAME",
@@ -148,8 +147,6 @@ class _FenceActor:
     the action it guards happen with no other call between them."""
 
     def __init__(self, supervisor: str) -> None:
-        from .record import RecordStore
-
         self._supervisor = supervisor
         self._store = RecordStore()
         self._state = FenceState()
@@ -183,8 +180,6 @@ class _FenceActor:
         return self._check(generation)
 
     def kill_actors(self, generation: int, actors: list[Any]) -> Refusal | None:
-        from ..fencing import UNFENCED
-
         refusal = self._check(generation)
         if refusal is None:
             UNFENCED.kill_actors(actors)
@@ -206,8 +201,6 @@ class _FenceActor:
     def remove_placement_groups(self, generation: int, pg_ids: list[str]) -> Refusal | None:
         import ray
         from ray.util.placement_group import PlacementGroup
-
-        from ..fencing import UNFENCED
 
         refusal = self._check(generation)
         if refusal is None:
@@ -244,21 +237,7 @@ def _fence_handle(supervisor: str, create: bool) -> Any:
     except ValueError:
         if not create:
             return None
-    # get_if_exists: two claimers racing to create it end up with the same actor.
-    return (
-        ray.remote(_FenceActor)
-        .options(
-            name=FENCE_ACTOR_NAME,
-            namespace=namespace,
-            lifetime="detached",
-            get_if_exists=True,
-            num_cpus=0,
-            resources={HEAD_RESOURCE: 0.001},
-            max_concurrency=1,
-            max_restarts=0,
-        )
-        .remote(supervisor)
-    )
+    return start_head_actor(_FenceActor, FENCE_ACTOR_NAME, namespace, 1, supervisor)  # one call at a time: see the class
 
 
 def fence_status(supervisor: str, timeout_s: float = 5.0) -> FenceStatus | None:

@@ -43,7 +43,7 @@ from typing import Any
 from ..errors import ClusterUnavailableError, ConfigError, SupervisorError, first_line
 from ..observability import metrics
 from ..observability.log import get_logger
-from .ownership import HEAD_RESOURCE, namespace_of
+from .ownership import HEAD_RESOURCE, namespace_of, start_head_actor
 
 __all__ = [
     "KVStore",
@@ -441,21 +441,7 @@ class KVStore:
             handle = ray.get_actor(KV_ACTOR_NAME, namespace=namespace)
             created = False
         except ValueError:
-            # get_if_exists makes a concurrent creator (another daemon, a retry) get the same actor.
-            handle = (
-                ray.remote(_KVActor)
-                .options(
-                    name=KV_ACTOR_NAME,
-                    namespace=namespace,
-                    lifetime="detached",
-                    get_if_exists=True,
-                    num_cpus=0,
-                    resources={HEAD_RESOURCE: 0.001},
-                    max_concurrency=_MAX_CONCURRENCY,
-                    max_restarts=0,
-                )
-                .remote(supervisor_name, limits)
-            )
+            handle = start_head_actor(_KVActor, KV_ACTOR_NAME, namespace, _MAX_CONCURRENCY, supervisor_name, limits)
             created = True
         store = cls(namespace, handle)
         try:

@@ -11,16 +11,28 @@ Teardown, ``supervisor gc`` and a restarted daemon's reconciliation all find wha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..observability.log import get_logger
 
-__all__ = ["Owned", "find_owned", "remove_owned", "namespace_of", "pool_prefix_of", "HEAD_RESOURCE"]
+__all__ = ["Owned", "find_owned", "remove_owned", "namespace_of", "pool_prefix_of", "HEAD_RESOURCE", "start_head_actor"]
 
 log = get_logger("ownership")
 
 HEAD_RESOURCE = "node:__internal_head__"
 """Every Ray head node has this resource: a tiny demand of it pins the supervisor's own actors (the
 KV store, the owner fence) to the head, whose loss ends the cluster anyway."""
+
+
+def start_head_actor(cls: type, name: str, namespace: str, max_concurrency: int, *args: Any) -> Any:
+    """Start one of the supervisor's own actors (the KV store, the owner fence), or get it when a
+    concurrent creator won: detached, named, 0 CPUs, on the head node, never restarted (a restarted
+    one would come back empty)."""
+    import ray
+
+    # get_if_exists: two creators racing (two daemons, a retry) end up with the same actor.
+    options = dict(name=name, namespace=namespace, lifetime="detached", get_if_exists=True, num_cpus=0, max_restarts=0)
+    return ray.remote(cls).options(**options, resources={HEAD_RESOURCE: 0.001}, max_concurrency=max_concurrency).remote(*args)
 
 
 def namespace_of(supervisor: str) -> str:

@@ -4,6 +4,7 @@ longer describes; then supervise every group and start the driver."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -169,6 +170,11 @@ class JobStarter:
         # before recording them); then their rendezvous and init state are unknown: init runs on all.
         adopting = bool(live) or same is not None
         if adopting:
+            if same is not None:
+                # Until this adoption ends, the next start must not trust the ranks' init: a rank 0
+                # started here gets a rendezvous that is recorded only once the group is ready.
+                job.set_group_record(dataclasses.replace(same, initialized=False))
+                job.persist()
             group, new_ranks = adopt_group(
                 pool, cls_with_init, prefix, self.spec.namespace, same.master_addr if same else None,
                 same.master_port if same else None, spec.env, spec.actor_start_timeout_s, job.hooks, placement,
