@@ -1,4 +1,4 @@
-"""``python -m chaos SCENARIO|all [--quick] [--seed N] [--out DIR]``: run fault campaigns, write reports.
+"""``python -m chaos SCENARIO|all [--quick] [--seed N] [--out DIR] [--workdir DIR]``: run fault campaigns, write reports.
 
 Exit code 0 when every scenario run held its invariants, 1 otherwise, 2 on bad usage.
 """
@@ -21,16 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the quick profile (CI); default: the full profile")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="report directory (default: chaos/reports for the full profile, a temporary one for --quick)")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep the daemons' logs and specs here (default: a temporary directory, removed)")
     args = parser.parse_args(argv)
     profile = "quick" if args.quick else "full"
     out = args.out or (Path(__file__).parent / "reports" if profile == "full" else Path(tempfile.mkdtemp(prefix="chaos-reports-")))
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     failed = 0
-    with tempfile.TemporaryDirectory(prefix="chaos-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        workdir = args.workdir or Path(tmp)
         cluster = ChaosCluster()
         try:
             for name in names:
-                report = run_scenario(SCENARIOS[name], profile, args.seed, cluster, Path(workdir))
+                report = run_scenario(SCENARIOS[name], profile, args.seed, cluster, workdir)
                 json_path, _ = report.write(out)
                 print(report.summary(), flush=True)
                 print(f"  report: {json_path}", flush=True)

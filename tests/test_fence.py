@@ -152,3 +152,39 @@ def test_of_concurrent_claims_exactly_one_wins(name):
     for t in threads:
         t.join(120)
     assert sorted(v.value for v in verdicts) == ["alive"] * 5 + ["granted"]
+
+
+def test_killing_a_dead_actor_whose_creator_job_is_gone_is_a_no_op(name, one_node_cluster):
+    """A replacement started by a daemon that died since, then killed: Ray has dropped its class with
+    its creator's job, and a handle to it no longer unpickles elsewhere. The fenced kill must still
+    succeed (there is nothing left to kill), not fail the recovery over and over."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    import ray
+
+    code = textwrap.dedent(
+        f"""
+        import ray
+        ray.init(address="{one_node_cluster.address}", namespace="{namespace_of(name)}")
+        @ray.remote(num_cpus=0)
+        class Replacement:
+            def pid(self):
+                import os
+                return os.getpid()
+        actor = Replacement.options(name="replacement", lifetime="detached").remote()
+        ray.get(actor.pid.remote())
+        import os
+        os._exit(0)  # the daemon that started it dies
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    handle = ray.get_actor("replacement", namespace=namespace_of(name))
+    os.kill(ray.get(handle.pid.remote(), timeout=30), signal.SIGKILL)  # then the replacement dies
+    time.sleep(2.0)
+    fence, _ = _claim(name, "owner")
+    fence.kill_actors([handle])  # raised RaySystemError (the class is gone) when handles were call arguments
+    fence.check()

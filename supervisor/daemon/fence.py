@@ -25,6 +25,7 @@ so it never grants a takeover sooner than the grace period.
 from __future__ import annotations
 
 import enum
+import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -179,10 +180,10 @@ class _FenceActor:
     def check(self, generation: int) -> Refusal | None:
         return self._check(generation)
 
-    def kill_actors(self, generation: int, actors: list[Any]) -> Refusal | None:
+    def kill_actors(self, generation: int, pickled: list[bytes]) -> Refusal | None:
         refusal = self._check(generation)
         if refusal is None:
-            UNFENCED.kill_actors(actors)
+            UNFENCED.kill_actors([h for h in map(_unpickle_handle, pickled) if h is not None])
         return refusal
 
     def kill_named(self, generation: int, names: list[str]) -> Refusal | None:
@@ -225,6 +226,21 @@ class _FenceActor:
         if self._state.retired:
             return Refusal.RETIRED
         return None if generation == self._state.generation else Refusal.SUPERSEDED
+
+
+def _unpickle_handle(data: bytes) -> Any:
+    """An actor handle sent as bytes, or None when Ray can no longer describe its class.
+
+    Handles travel pickled, one by one, rather than as call arguments: Ray rebuilds a handle from its
+    class in the GCS function table of the job that created the actor, and drops that table once the
+    job and all its detached actors are gone. A dead replacement started by a daemon that died since
+    is such an actor; as an argument it would fail the whole call, here it is skipped (it is dead).
+    """
+    try:
+        return pickle.loads(data)
+    except Exception as exc:
+        log.debug("actor_handle_unavailable", error=first_line(exc))
+        return None
 
 
 def _fence_handle(supervisor: str, create: bool) -> Any:
@@ -336,7 +352,7 @@ class OwnerFence:
 
     def kill_actors(self, actors: Sequence[Any]) -> None:
         if actors:
-            self._call("kill_actors", list(actors))
+            self._call("kill_actors", [pickle.dumps(a) for a in actors])
 
     def kill_named(self, names: Sequence[str]) -> None:
         if names:
