@@ -61,7 +61,7 @@ def run(ctx: Context, p: Params) -> None:
         daemon.wait_steps(daemon.steps_done() + 1)
         ctx.report.faults_recovered += 1
     ctx.report.recovery = Stats.of(readoption)
-    ctx.report.notes["recovery measures"] = "daemon SIGKILL during a replacement's init -> a new daemon has re-adopted the job (RUNNING)"
+    ctx.report.notes["recovery measures"] = "daemon SIGKILL during a rank's recovery -> a new daemon has re-adopted the job (RUNNING)"
     for kind in ("slowstart", "slowinit"):
         (ctx.fault_dir / f"{kind}-{GROUP}-all").unlink(missing_ok=True)
     code = stop_daemon(daemon, ctx.cluster.address)
