@@ -26,3 +26,15 @@ def test_dataproto_loads_lazily():
     from supervisor.core.protocol import DataProto
 
     assert supervisor.DataProto is DataProto
+
+
+def test_the_daemon_and_the_cli_import_neither_torch_nor_tensordict():
+    """They run beside any verl environment, and start fast: the data path (DataProto) loads only in
+    the processes that move data."""
+    modules = [
+        "supervisor.cli.commands", "supervisor.cli.status", "supervisor.cli.doctor", "supervisor.daemon.daemon",
+        "supervisor.daemon.startup", "supervisor.daemon.fence", "supervisor.daemon.spec", "supervisor.supervision",
+    ]  # fmt: skip
+    code = f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; print(sorted({{'torch', 'tensordict'}} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
