@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 VERL_VERSION ?= 0.9.1
 VERL_SRC ?= $(VENV)/verl_src
 
-.PHONY: setup tools verl-src run quickstart test lint clean
+.PHONY: setup tools verl-src run quickstart test test-tensordict-range lint clean
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,21 @@ $(VERL_SRC)/verl/protocol.py: | setup
 
 test: setup tools verl-src
 	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q
+	$(MAKE) test-tensordict-range
+
+# The protocol and the verl compat layer also hold with the oldest tensordict pyproject.toml allows and
+# with the newest verl 0.9 allows (it pins tensordict<=0.10.0). Each version is installed into a
+# directory of its own and put in front of the venv's on PYTHONPATH (Ray's workers inherit it), and
+# EXPECT_TENSORDICT makes the run check that it is the one imported.
+TENSORDICT_RANGE ?= 0.8.0 0.10.0
+test-tensordict-range: setup verl-src
+	@for v in $(TENSORDICT_RANGE); do \
+		dir=$(abspath $(VENV))/tensordict-$$v; \
+		test -d $$dir/tensordict || $(BIN)/python -m pip install --quiet --no-deps --target $$dir "tensordict==$$v" "pyvers<0.2" || exit 1; \
+		echo "tensordict $$v:"; \
+		PYTHONPATH=$$dir EXPECT_TENSORDICT=$$v VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q -p no:cacheprovider \
+			tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py || exit 1; \
+	done
 
 lint: setup
 	$(BIN)/python -m ruff check supervisor tests examples dashboards chaos bench

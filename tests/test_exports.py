@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -38,3 +39,15 @@ def test_the_daemon_and_the_cli_import_neither_torch_nor_tensordict():
     code = f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; print(sorted({{'torch', 'tensordict'}} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_tensordict_is_the_one_this_run_expects():
+    """`make test-tensordict-range` runs the data tests against other tensordict versions: make sure the
+    one under test is the one imported (in the main run, it is at least the floor pyproject.toml sets)."""
+    import tensordict
+
+    expected = os.environ.get("EXPECT_TENSORDICT")
+    if expected is not None:
+        assert tensordict.__version__ == expected
+    else:
+        assert tuple(int(p) for p in tensordict.__version__.split(".")[:2]) >= (0, 8)
