@@ -36,7 +36,14 @@ from ..errors import ClusterUnavailableError, SupersededError, first_line
 from ..fencing import UNFENCED
 from ..observability.log import get_logger
 from .liveness import HeartbeatWatch, Liveness, ProcessIdentity, judge
-from .ownership import HEAD_RESOURCE, Owned, namespace_of, start_head_actor
+from .ownership import (
+    HEAD_RESOURCE,
+    Owned,
+    kill_named,
+    namespace_of,
+    remove_placement_group_ids,
+    start_head_actor,
+)
 from .record import RecordStore, SupervisorRecord
 
 __all__ = [
@@ -187,25 +194,15 @@ class _FenceActor:
         return refusal
 
     def kill_named(self, generation: int, names: list[str]) -> Refusal | None:
-        import ray
-
         refusal = self._check(generation)
         if refusal is None:
-            namespace = namespace_of(self._supervisor)
-            for name in names:
-                try:
-                    ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
-                except ValueError:
-                    pass  # gone already
+            kill_named(self._supervisor, names)
         return refusal
 
     def remove_placement_groups(self, generation: int, pg_ids: list[str]) -> Refusal | None:
-        import ray
-        from ray.util.placement_group import PlacementGroup
-
         refusal = self._check(generation)
         if refusal is None:
-            UNFENCED.remove_placement_groups([PlacementGroup(ray.PlacementGroupID(bytes.fromhex(i))) for i in pg_ids])
+            remove_placement_group_ids(pg_ids)
         return refusal
 
     def retire(self, generation: int) -> Refusal | None:

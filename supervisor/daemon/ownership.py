@@ -15,7 +15,7 @@ from typing import Any
 
 from ..observability.log import get_logger
 
-__all__ = ["Owned", "find_owned", "remove_owned", "namespace_of", "pool_prefix_of", "HEAD_RESOURCE", "start_head_actor"]
+__all__ = ["Owned", "find_owned", "remove_owned", "kill_named", "remove_placement_group_ids", "namespace_of", "pool_prefix_of", "HEAD_RESOURCE", "start_head_actor"]
 
 log = get_logger("ownership")
 
@@ -72,23 +72,33 @@ def find_owned(supervisor: str) -> Owned:
     return Owned(pgs, actors)
 
 
-def remove_owned(supervisor: str, owned: Owned) -> None:
-    """Kill the named actors and remove the placement groups in ``owned`` (both idempotent), without
-    asking the owner fence: for test harnesses cleaning up after themselves. Daemons and ``gc`` remove
-    through :meth:`supervisor.daemon.fence.OwnerFence.remove_owned`."""
+def kill_named(supervisor: str, names: list[str]) -> None:
+    """Kill the supervisor's named actors ``names`` (idempotent; no fence: see :func:`remove_owned`)."""
     import ray
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
 
     namespace = namespace_of(supervisor)
-    for name in owned.actors:
+    for name in names:
         try:
             ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
         except ValueError:
             pass  # gone already
-    for name, pg_id in owned.placement_groups.items():
-        try:
-            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
-        except Exception as exc:  # removed meanwhile
-            log.debug("placement_group_remove_failed", name=name, error=str(exc))
+
+
+def remove_placement_group_ids(pg_ids: list[str]) -> None:
+    """Remove placement groups by id (idempotent; no fence: see :func:`remove_owned`)."""
+    import ray
+    from ray.util.placement_group import PlacementGroup
+
+    from ..fencing import UNFENCED
+
+    UNFENCED.remove_placement_groups([PlacementGroup(ray.PlacementGroupID(bytes.fromhex(i))) for i in pg_ids])
+
+
+def remove_owned(supervisor: str, owned: Owned) -> None:
+    """Kill the named actors and remove the placement groups in ``owned`` (both idempotent), without
+    asking the owner fence: for test harnesses cleaning up after themselves. Daemons and ``gc`` remove
+    through :meth:`supervisor.daemon.fence.OwnerFence.remove_owned`."""
+    kill_named(supervisor, owned.actors)
+    remove_placement_group_ids(list(owned.placement_groups.values()))
     if owned:
         log.info("owned_resources_removed", supervisor=supervisor, placement_groups=sorted(owned.placement_groups), actors=owned.actors)
