@@ -1,0 +1,1 @@
+"""Supervision for programs written against other projects' APIs, unmodified (verl's)."""
