@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 VERL_VERSION ?= 0.9.1
 VERL_SRC ?= $(VENV)/verl_src
 
-.PHONY: setup tools verl-src run quickstart test test-tensordict-range lint clean
+.PHONY: setup tools verl-src verl-env run quickstart test test-verl test-tensordict-range lint clean
 
 setup: $(VENV)/.installed
 
@@ -46,12 +46,50 @@ $(VERL_SRC)/verl/protocol.py: | setup
 test: setup tools verl-src
 	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q
 	$(MAKE) test-tensordict-range
+	$(MAKE) test-verl
 
-# The protocol and the verl compat layer also hold with the oldest tensordict pyproject.toml allows and
-# with the newest verl 0.9 allows (it pins tensordict<=0.10.0). Each version is installed into a
-# directory of its own and put in front of the venv's on PYTHONPATH (Ray's workers inherit it), and
-# EXPECT_TENSORDICT makes the run check that it is the one imported.
-TENSORDICT_RANGE ?= 0.8.0 0.10.0
+# The second environment: what a verl 0.9 user has. torch 2.13.0 (the CPU wheel), verl 0.9.1 without
+# its heavy dependencies (--no-deps) plus the light ones its single controller and protocol import, at
+# versions verl's pins allow, and every dependency ray-supervisor shares with verl at the floor in
+# pyproject.toml, so the floors are tested. Then ray-supervisor is installed the ordinary way (with its
+# dependencies): .ci/check_beside_verl.py fails if that changed any package installed before it, or if
+# `pip check` finds a conflict (verl's heavy dependencies, deliberately absent, are the only thing it
+# may report).
+VERL_VENV ?= .venv-verl
+VBIN := $(VERL_VENV)/bin
+# The floor of every runtime dependency in pyproject.toml but two: tensordict's (0.8.0) is tested by
+# test-tensordict-range, and torch cannot be (this machine installs no torch but 2.13.0).
+DEPENDENCY_FLOORS ?= "ray[default]==2.52.0" "numpy==2.0.0" "prometheus-client==0.24.0" "structlog==20.2.0" "tenacity==8.1.0" "click==8.2.0"
+# verl 0.9.1's pins for what its single controller and protocol import (tensordict: its newest).
+VERL_LIGHT_DEPS ?= "tensordict==0.10.0" "omegaconf" "transformers>=5.5.3,!=5.6.0,<5.11"
+
+verl-env: $(VERL_VENV)/.installed
+
+$(VERL_VENV)/.installed: pyproject.toml
+	test -x $(VBIN)/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VBIN)/python -m pip install --quiet --upgrade pip
+	$(VBIN)/python -c "import torch" 2>/dev/null || $(VBIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(VBIN)/python -m pip install --quiet --no-deps "verl==$(VERL_VERSION)"
+	$(VBIN)/python -m pip install --quiet $(DEPENDENCY_FLOORS) $(VERL_LIGHT_DEPS)
+	$(VBIN)/python -m pip freeze --exclude-editable > $(VERL_VENV)/before.txt
+	$(VBIN)/python -m pip install --quiet -e ".[test]"
+	$(VBIN)/python .ci/check_beside_verl.py $(VERL_VENV)/before.txt
+	touch $@
+
+# In the second environment: verl's own CPU tests against the compat layer (the conformance suite),
+# the supervised verl groups and `supervisor run` with the installed verl, and, at the dependency
+# floors, the protocol, the compat layer, the import checks, authentication and loopback, the owner
+# fence, the CLI and the metrics against a real Prometheus.
+VERL_ENV_TESTS ?= tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py tests/test_auth.py \
+	tests/test_security.py tests/test_fence.py tests/test_cli.py tests/test_observability.py
+test-verl: verl-env verl-src tools
+	EXPECT_TENSORDICT=0.10.0 VERL_SRC=$(abspath $(VERL_SRC)) $(VBIN)/python -m pytest -q -p no:cacheprovider $(VERL_ENV_TESTS)
+
+# The protocol and the verl compat layer also hold with the oldest tensordict pyproject.toml allows (the
+# newest verl 0.9 allows, 0.10.0, is the second environment's: see test-verl). Each version is installed
+# into a directory of its own and put in front of the venv's on PYTHONPATH (Ray's workers inherit it),
+# and EXPECT_TENSORDICT makes the run check that it is the one imported.
+TENSORDICT_RANGE ?= 0.8.0
 test-tensordict-range: setup verl-src
 	@for v in $(TENSORDICT_RANGE); do \
 		dir=$(abspath $(VENV))/tensordict-$$v; \
@@ -65,4 +103,4 @@ lint: setup
 	$(BIN)/python -m ruff check supervisor tests examples dashboards chaos bench
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VERL_VENV) *.egg-info .pytest_cache .hypothesis
