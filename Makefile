@@ -59,7 +59,7 @@ VERL_VENV ?= .venv-verl
 VBIN := $(VERL_VENV)/bin
 # The floor of every runtime dependency in pyproject.toml but two: tensordict's (0.8.0) is tested by
 # test-tensordict-range, and torch cannot be (this machine installs no torch but 2.13.0).
-DEPENDENCY_FLOORS ?= "ray[default]==2.52.0" "numpy==2.0.0" "prometheus-client==0.24.0" "structlog==20.2.0" "tenacity==8.1.0" "click==8.2.0"
+DEPENDENCY_FLOORS ?= "ray[default]==2.52.0" "numpy==2.0.0" "prometheus-client==0.24.0" "structlog==20.2.0" "tenacity==8.1.0" "click==8.0.0"
 # verl 0.9.1's pins for what its single controller and protocol import (tensordict: its newest).
 VERL_LIGHT_DEPS ?= "tensordict==0.10.0" "omegaconf" "transformers>=5.5.3,!=5.6.0,<5.11"
 
