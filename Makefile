@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 VERL_VERSION ?= 0.9.1
 VERL_SRC ?= $(VENV)/verl_src
 
-.PHONY: setup tools verl-src run quickstart test test-tensordict-range lint clean
+.PHONY: setup tools verl-src run quickstart test test-tensordict-range conformance lint clean
 
 setup: $(VENV)/.installed
 
@@ -46,6 +46,7 @@ $(VERL_SRC)/verl/protocol.py: | setup
 test: setup tools verl-src
 	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q
 	$(MAKE) test-tensordict-range
+	$(MAKE) conformance
 
 # The protocol and the verl compat layer also hold with the oldest tensordict pyproject.toml allows and
 # with the newest verl 0.9 allows (it pins tensordict<=0.10.0). Each version is installed into a
@@ -60,6 +61,16 @@ test-tensordict-range: setup verl-src
 		PYTHONPATH=$$dir EXPECT_TENSORDICT=$$v VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q -p no:cacheprovider \
 			tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py || exit 1; \
 	done
+
+# verl 0.9's own CPU tests, read unmodified from VERL_SRC, against supervisor.compat.verl: an import hook
+# (tests/conformance/) aliases `verl` in the driver and, through PYTHONPATH, in Ray's workers. Put a
+# tensordict directory first on PYTHONPATH to run them with another tensordict, as test-tensordict-range does.
+VERL_CONFORMANCE_TESTS ?= tests/single_controller/*_on_cpu.py tests/single_controller/test_get_set_dispatch_collect_cpu.py \
+	tests/test_protocol_on_cpu.py tests/test_protocol_v2_on_cpu.py
+conformance: setup verl-src
+	cd $(VERL_SRC) && VERL_SRC=$(abspath $(VERL_SRC)) \
+		PYTHONPATH=$(CURDIR)/tests/conformance:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} \
+		$(abspath $(BIN))/python -m pytest -q -c $(CURDIR)/tests/conformance/pytest.ini --rootdir=. $(VERL_CONFORMANCE_TESTS)
 
 lint: setup
 	$(BIN)/python -m ruff check supervisor tests examples dashboards chaos bench
