@@ -52,7 +52,13 @@ __all__ = [
     "DataProtoFuture",
     "DataProtoItem",
     "collate_fn",
+    "deserialize_single_tensor",
+    "deserialize_tensordict",
+    "fold_batch_dim",
     "pad_dataproto_to_divisor",
+    "serialize_single_tensor",
+    "serialize_tensordict",
+    "unfold_batch_dim",
     "union_numpy_dict",
     "union_tensor_dict",
     "unpad_dataproto",
@@ -610,6 +616,77 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     if pad_size == 0:
         return data
     return data[:-pad_size]
+
+
+def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
+    """Rows ``[bsz, ...]`` regrouped as ``[new_batch_size, bsz // new_batch_size, ...]`` (one batch dim).
+
+    Raises:
+        AssertionError: ``new_batch_size`` does not divide the batch size.
+    """
+    length = data.batch.batch_size[0]
+    assert length % new_batch_size == 0, f"batch size {length} is not divisible by {new_batch_size}"
+    batch = data.batch.view(new_batch_size, -1)
+    batch.auto_batch_size_(batch_dims=1)
+    non_tensors = {k: np.reshape(v, (new_batch_size, -1, *v.shape[1:])) for k, v in data.non_tensor_batch.items()}
+    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
+
+
+def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
+    """The inverse of :func:`fold_batch_dim`: the first ``batch_dims`` dimensions flattened into one."""
+    batch = data.batch
+    batch.auto_batch_size_(batch_dims=batch_dims)
+    batch = batch.view(-1)
+    length = batch.batch_size[0]
+    non_tensors = {k: np.reshape(v, (length, *v.shape[batch_dims:])) for k, v in data.non_tensor_batch.items()}
+    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
+
+
+def serialize_single_tensor(obj: torch.Tensor) -> tuple[str, torch.Size, np.ndarray]:
+    """``(dtype name, shape, raw bytes as a uint8 array)``: a tensor as plain data (msgpack-friendly)."""
+    raw = obj.detach().contiguous().flatten().view(torch.uint8).numpy()
+    return str(obj.dtype).removeprefix("torch."), obj.shape, raw
+
+
+def deserialize_single_tensor(arr: Any) -> torch.Tensor:
+    """The tensor :func:`serialize_single_tensor` encoded (a copy, writable)."""
+    dtype_name, shape, raw = arr
+    dtype = getattr(torch, dtype_name)
+    assert isinstance(dtype, torch.dtype), f"{dtype_name!r} is not a torch dtype"
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).view(shape)
+
+
+def serialize_tensordict(batch: TensorDict) -> tuple[tuple[int, ...], str | None, dict[str, tuple[Any, ...]]]:
+    """``(batch size, device, {key: encoding})``; a jagged column is ``(layout, [row encodings])``."""
+    items: dict[str, tuple[Any, ...]] = {}
+    for key, value in batch.items():
+        if value.is_nested:
+            items[key] = (str(value.layout).removeprefix("torch."), [serialize_single_tensor(r) for r in value.unbind()])
+        else:
+            items[key] = serialize_single_tensor(value)
+    device = None if batch.device is None else str(batch.device)
+    return tuple(batch.batch_size), device, items
+
+
+def deserialize_tensordict(arr: Any) -> TensorDict:
+    """The TensorDict :func:`serialize_tensordict` encoded.
+
+    Raises:
+        ValueError: an entry is neither a tensor (3 fields) nor a nested tensor (2 fields) encoding.
+    """
+    batch_size, device, items = arr
+    decoded: dict[str, torch.Tensor] = {}
+    for key, value in items.items():
+        if len(value) == 3:
+            decoded[key] = deserialize_single_tensor(value)
+        elif len(value) == 2:
+            layout, rows = value
+            decoded[key] = torch.nested.as_nested_tensor(
+                [deserialize_single_tensor(r) for r in rows], layout=getattr(torch, layout)
+            )
+        else:
+            raise ValueError(f"Invalid tensor encoding format, expected length 2 or 3, got {len(value)}")
+    return TensorDict(source=decoded, batch_size=batch_size, device=device)
 
 
 # ------------------------------------------------------------------------ classes
@@ -1216,6 +1293,34 @@ class DataProto:
         rows = torch.arange(len(self))
         order = rows.repeat_interleave(repeat_times) if interleave else rows.repeat(repeat_times)
         return self.select_idxs(order)
+
+    def unfold_column_chunks(self, n_split: int, split_keys: list[str] | None = None) -> DataProto:
+        """Each row becomes ``n_split`` rows: columns in ``split_keys`` are cut along their second
+        dimension into ``n_split`` pieces (one per new row); the other columns repeat.
+
+        Raises:
+            DataProtoError: a split column's second dimension is not divisible by ``n_split``.
+        """
+        split = set(split_keys or ())
+
+        def unfold(key: str, value: Any, repeat: Callable[[Any], Any]) -> Any:
+            if key not in split:
+                return repeat(value)
+            if value.shape[1] % n_split:
+                raise DataProtoError(f"'{key}' has {value.shape[1]} columns, not divisible by n_split={n_split}")
+            return value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])
+
+        batch = None
+        if self.batch is not None:
+            batch = TensorDict(
+                {k: unfold(k, v, lambda t: torch.repeat_interleave(t, n_split, dim=0)) for k, v in self.batch.items()},
+                batch_size=(self.batch.batch_size[0] * n_split,),
+                device=self.batch.device,
+            )
+        non_tensors = {
+            k: unfold(k, v, lambda a: np.repeat(a, n_split, axis=0)) for k, v in self.non_tensor_batch.items()
+        }
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=self.meta_info)
 
     def sample_level_repeat(self, repeat_times: int | Sequence[int] | torch.Tensor | np.ndarray) -> DataProto:
         """Repeat row ``i`` ``repeat_times[i]`` times, keeping copies adjacent.
