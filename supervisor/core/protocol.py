@@ -404,7 +404,7 @@ def _merge_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
                 merged[key] = value
             elif not _values_equal(merged[key], value):
                 raise DataProtoError(
-                    f"conflicting values for meta_info key '{key}': "
+                    f"Conflicting values for meta_info key '{key}': "
                     f"{_short_repr.repr(merged[key])} vs {_short_repr.repr(value)}"
                 )
     if metrics:
@@ -533,9 +533,8 @@ def union_numpy_dict(
     """
     conflict = _find_numpy_conflict(tensor_dict1, tensor_dict2)
     if conflict is not None:
-        raise DataProtoError(
-            f"cannot union: non_tensor_batch key '{conflict}' holds different values on the two sides"
-        )
+        # verl's text (its tests match it)
+        raise DataProtoError(f"`{conflict}` in tensor_dict1 and tensor_dict2 are not the same object.")
     tensor_dict1.update(tensor_dict2)
     return tensor_dict1
 
@@ -771,8 +770,8 @@ class DataProto:
             non_tensors: per-sample values. Anything that is not an ``np.ndarray`` is
                 converted with ``np.array(value, dtype=object)``.
             meta_info: batch-level values (the dict is copied, the values are not).
-            num_batch_dims: leading dimensions that form the batch; must be 1 when
-                ``non_tensors`` is not empty.
+            num_batch_dims: leading dimensions that form the batch. Anything but 1 fails the
+                consistency check (verl 0.9 supports one batch dimension); see :func:`fold_batch_dim`.
             auto_padding: allow uneven :meth:`chunk` for this DataProto.
 
         Raises:
@@ -957,8 +956,12 @@ class DataProto:
         if self.batch is not None:
             if not isinstance(self.batch, TensorDictBase):
                 raise TypeError(f"batch must be a TensorDict or None, got {type(self.batch).__name__}")
-            if len(self.batch.batch_size) == 0:
-                raise DataProtoError("batch must have at least one batch dimension, got batch_size=[]")
+            if len(self.batch.batch_size) != 1:
+                # verl 0.9 keeps one batch dimension (fold/unfold_batch_dim reshape around that).
+                raise DataProtoError(
+                    f"batch must have exactly 1 batch dimension (only num_batch_dims=1 is supported), "
+                    f"got batch_size={list(self.batch.batch_size)}"
+                )
         if not isinstance(self.non_tensor_batch, dict):
             raise TypeError(f"non_tensor_batch must be a dict, got {type(self.non_tensor_batch).__name__}")
         if not isinstance(self.meta_info, dict):
@@ -966,11 +969,6 @@ class DataProto:
         if not self.non_tensor_batch:
             return
 
-        if self.batch is not None and len(self.batch.batch_size) != 1:
-            raise DataProtoError(
-                f"batch must have exactly 1 batch dimension when non_tensor_batch is not empty, "
-                f"got batch_size={list(self.batch.batch_size)}"
-            )
         expected = int(self.batch.batch_size[0]) if self.batch is not None else None
         reference = "the batch size"
         for key, value in self.non_tensor_batch.items():
