@@ -262,9 +262,19 @@ class Worker(WorkerHelper):
         return {"dispatch_dp_rank": dict(self._mesh_dispatch_dp_rank), "collect_dp_rank": dict(self._mesh_collect_dp_rank)}
 
     def set_dispatch_collect(self, mesh_name: str, dispatch_dp_rank: dict[str, int], collect_dp_rank: dict[str, bool]) -> None:
-        """Copy another worker's registration for ``mesh_name`` (colocated roles share one process)."""
+        """Register another worker's mesh registration (its :meth:`get_dispatch_collect`) on this worker
+        under ``mesh_name``: colocated roles share one process, each role had its own mesh. As in verl, the
+        other worker's last registered mesh is the one taken.
+
+        Raises:
+            AssertionError: ``mesh_name`` is already registered here, or the other worker registered nothing.
+        """
+        assert mesh_name not in self._mesh_dispatch_dp_rank and mesh_name not in self._mesh_collect_dp_rank, (
+            f"{mesh_name} is already registered, {list(self._mesh_dispatch_dp_rank)}"
+        )
+        assert dispatch_dp_rank and collect_dp_rank, f"no mesh registration to set for {mesh_name}"
         self._register_dispatch_collect_info(
-            mesh_name, dispatch_dp_rank[mesh_name], collect_dp_rank[mesh_name]
+            mesh_name, list(dispatch_dp_rank.values())[-1], list(collect_dp_rank.values())[-1]
         )
 
     # -- generic execution ----------------------------------------------------------------------
