@@ -8,8 +8,9 @@ prepares the environment Ray's local cluster (started by the tests' own ``ray.in
 
 * ``PYTHONPATH`` keeps this directory (so workers alias ``verl`` too) and gains ``VERL_SRC``: workers
   import the test modules (``tests.single_controller...``) by name to unpickle their classes;
-* every Ray address stays on loopback: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, and a ``ray.init`` that
-  starts a local cluster gets ``_node_ip_address="127.0.0.1"`` and no dashboard unless it says otherwise.
+* every Ray address stays on loopback: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, and a ``ray.init()``
+  without an address starts a new local cluster (``address="local"``: it never joins another cluster
+  running on the machine) on ``_node_ip_address="127.0.0.1"``, without a dashboard unless it asks.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.pop("RAY_ADDRESS", None)  # the tests start their own local clusters
 
 import verl_alias  # noqa: E402
 
@@ -37,8 +39,10 @@ def _verl_src() -> Path:
 def _loopback_init(init):
     @functools.wraps(init)
     def wrapper(*args, **kwargs):
-        address = args[0] if args else kwargs.get("address")
-        if address is None and not os.environ.get("RAY_ADDRESS"):
+        if not args and kwargs.get("address") is None:
+            # verl's tests mean a fresh local cluster (ray.init(num_cpus=100)); without address="local",
+            # Ray would join any cluster already running on this machine (someone else's).
+            kwargs["address"] = "local"
             kwargs.setdefault("_node_ip_address", "127.0.0.1")
             kwargs.setdefault("include_dashboard", False)
         return init(*args, **kwargs)
