@@ -1472,7 +1472,22 @@ class DataProto:
 # --------------------------------------------------------------------------- futures
 
 
-def _take_chunk(data: DataProto, index: int, chunks: int) -> DataProto:
+def concat_batches(parts: list[Any]) -> Any:
+    """What a group's ranks returned, as one batch: TensorDicts (verl's protocol v2, e.g. from a mesh
+    dispatch) concatenate with :func:`~supervisor.core.tensordict_utils.concat_tensordict`, DataProtos
+    with :meth:`DataProto.concat`."""
+    if parts and all(isinstance(p, TensorDictBase) for p in parts):
+        from .tensordict_utils import concat_tensordict
+
+        return concat_tensordict(list(parts))
+    return DataProto.concat(parts)
+
+
+def _take_chunk(data: Any, index: int, chunks: int) -> Any:
+    if isinstance(data, TensorDictBase):
+        from .tensordict_utils import chunk_tensordict
+
+        return chunk_tensordict(data, chunks)[index]
     return data.chunk(chunks=chunks)[index]
 
 
@@ -1496,8 +1511,8 @@ class DataProtoFuture:
 
     @staticmethod
     def concat(data: list[ray.ObjectRef]) -> DataProtoFuture:
-        """A future for the concatenation of the DataProtos behind ``data``."""
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=data)
+        """A future for the concatenation of the DataProtos (or TensorDicts) behind ``data``."""
+        return DataProtoFuture(collect_fn=concat_batches, futures=data)
 
     def chunk(self, chunks: int) -> list[DataProtoFuture]:
         """``chunks`` futures; the ``i``-th resolves to ``self.get().chunk(chunks)[i]``.
