@@ -6,6 +6,8 @@ from typing import Any
 
 from supervisor.core.actor_class import ClassWithInitArgs
 from supervisor.core.colocate import create_colocated_worker_cls as create_colocated_worker_cls
+from supervisor.core.colocate import create_colocated_worker_cls_fused as create_colocated_worker_cls_fused
+from supervisor.core.colocate import create_colocated_worker_raw_cls as create_colocated_worker_raw_cls
 from supervisor.core.group import DEFAULT_NAMESPACE, WorkerGroup
 from supervisor.core.worker import Worker as Worker
 from supervisor.placement.pool import ResourcePool as _LibraryResourcePool
@@ -22,6 +24,8 @@ __all__ = [
     "SubRayResourcePool",
     "RayWorkerGroup",
     "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "create_colocated_worker_raw_cls",
     "split_resource_pool",
     "merge_resource_pool",
 ]
