@@ -71,7 +71,6 @@ def pytest_configure(config) -> None:
 def pytest_report_header(config) -> list[str]:
     import tensordict
     import torch
-
     import verl
 
     return [
