@@ -28,6 +28,8 @@ __all__ = [
     "update_dispatch_mode",
     "resolve_dispatch_fns",
     "make_nd_compute_dataproto_dispatch_fn",
+    "dispatch_lazy_compute_data_proto",
+    "collect_lazy_compute_data_proto",
     "dispatch_one_to_all",
     "dispatch_all_to_all",
     "collect_all_to_all",
@@ -260,6 +262,16 @@ def _mesh_dispatch(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any)
 
 def _mesh_collect(mesh_name: str, worker_group: Any, output: Any) -> Any:
     return collect_nd_compute_dataproto(worker_group.collect_info(mesh_name), worker_group, output)
+
+
+def dispatch_lazy_compute_data_proto(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """Mesh dispatch for ``mesh_name``: the ranks' dp ranks are asked once and cached on the group."""
+    return _mesh_dispatch(mesh_name, worker_group, *args, **kwargs)
+
+
+def collect_lazy_compute_data_proto(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> Any:
+    """Mesh collect for ``mesh_name``: the outputs of the ranks that registered ``is_collect``."""
+    return _mesh_collect(mesh_name, worker_group, *args, **kwargs)
 
 
 def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable[..., Any]]:

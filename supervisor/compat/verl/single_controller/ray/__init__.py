@@ -3,6 +3,7 @@
 from .base import RayClassWithInitArgs as RayClassWithInitArgs
 from .base import RayResourcePool as RayResourcePool
 from .base import RayWorkerGroup as RayWorkerGroup
+from .base import ResourcePoolManager as ResourcePoolManager
 from .base import SubRayResourcePool as SubRayResourcePool
 from .base import create_colocated_worker_cls as create_colocated_worker_cls
 from .base import create_colocated_worker_cls_fused as create_colocated_worker_cls_fused
@@ -14,6 +15,7 @@ __all__ = [
     "RayResourcePool",
     "SubRayResourcePool",
     "RayWorkerGroup",
+    "ResourcePoolManager",
     "create_colocated_worker_cls",
     "create_colocated_worker_cls_fused",
     "split_resource_pool",

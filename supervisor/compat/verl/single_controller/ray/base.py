@@ -14,6 +14,7 @@ from supervisor.placement.pool import ResourcePool as _LibraryResourcePool
 from supervisor.placement.pool import SubResourcePool
 from supervisor.placement.pool import merge_resource_pool as merge_resource_pool
 from supervisor.placement.pool import split_resource_pool as split_resource_pool
+from supervisor.placement.pool_manager import ResourcePoolManager as _ResourcePoolManager
 
 from ..base.worker_group import ResourcePool
 
@@ -23,6 +24,7 @@ __all__ = [
     "RayResourcePool",
     "SubRayResourcePool",
     "RayWorkerGroup",
+    "ResourcePoolManager",
     "create_colocated_worker_cls",
     "create_colocated_worker_cls_fused",
     "create_colocated_worker_raw_cls",
@@ -126,4 +128,17 @@ class RayWorkerGroup(WorkerGroup):
             worker_names=worker_names,
             worker_handles=worker_handles,
             **kwargs,
+        )
+
+
+class ResourcePoolManager(_ResourcePoolManager):
+    """verl's ``ResourcePoolManager(resource_pool_spec, mapping, max_colocate_count=3)``: its pools are
+    :class:`RayResourcePool` s."""
+
+    def _new_pool(self, name: str, process_on_nodes: list[int]) -> RayResourcePool:
+        return RayResourcePool(
+            process_on_nodes=process_on_nodes,
+            use_gpu=True,
+            max_colocate_count=self.max_colocate_count,
+            name_prefix=name,
         )
