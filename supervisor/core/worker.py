@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import WorkerEnvError
@@ -20,6 +21,8 @@ from .env import STANDBY_ENV_KEY
 from .modes import Dispatch, Execute
 
 __all__ = [
+    "DistGlobalInfo",
+    "DistRankInfo",
     "Worker",
     "WorkerHelper",
     "find_free_port",
@@ -66,6 +69,26 @@ def find_free_port(host: str = "") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass
+class DistRankInfo:
+    """A rank's coordinates in a parallel layout (tensor, data, pipeline, context parallel)."""
+
+    tp_rank: int
+    dp_rank: int
+    pp_rank: int
+    cp_rank: int
+
+
+@dataclass
+class DistGlobalInfo:
+    """The sizes of a parallel layout (tensor, data, pipeline, context parallel)."""
+
+    tp_size: int
+    dp_size: int
+    pp_size: int
+    cp_size: int
 
 
 class WorkerHelper:
