@@ -146,6 +146,11 @@ VERL_EXPORTS: dict[str, list[str]] = {
         "create_colocated_worker_raw_cls",
         "split_resource_pool",
         "merge_resource_pool",
+        "extract_pg_from_exist",
+        "func_generator",
+        "get_master_addr_port",
+        "get_random_string",
+        "sort_placement_group_by_node_ip",
     ],
     # helpers verl's own modules (and tests) import
     "verl.utils.ray_utils": ["parallel_put"],
@@ -179,13 +184,6 @@ NOT_PROVIDED: dict[str, set[str]] = {
     "verl": {"__version__"},
     "verl.protocol": {"BatchData", "all_gather_data_proto"},
     "verl.single_controller.base.worker_group": {"check_workers_alive"},
-    "verl.single_controller.ray.base": {
-        "extract_pg_from_exist",
-        "func_generator",
-        "get_master_addr_port",
-        "get_random_string",
-        "sort_placement_group_by_node_ip",
-    },
     "verl.utils.ray_utils": {"ray_noset_visible_devices", "get_event_loop", "auto_await"},
 }
 NOT_PROVIDED_METHODS = {
@@ -509,6 +507,8 @@ def test_every_verl_function_is_provided_with_its_signature_or_documented():
                 continue
             if isinstance(obj, classmethod | staticmethod):
                 obj = obj.__func__
+            if isinstance(obj, ray.remote_function.RemoteFunction):  # verl's is @ray.remote too
+                obj = obj._function
             if our_params(obj) == verl_params(fn):
                 continue
             if qualname in SIGNATURE_DEVIATIONS or qualname in KNOWN_INCOMPATIBLE_SIGNATURES:
