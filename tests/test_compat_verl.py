@@ -92,6 +92,9 @@ VERL_EXPORTS: dict[str, list[str]] = {
         "serialize_tensordict",
         "deserialize_single_tensor",
         "deserialize_tensordict",
+        "BatchData",
+        "all_gather_data_proto",
+        "_padding_size_key",
     ],
     "verl.single_controller.base": ["Worker", "WorkerGroup", "ClassWithInitArgs", "ResourcePool"],
     "verl.single_controller.base.worker": ["Worker", "WorkerHelper", "DistRankInfo", "DistGlobalInfo"],
@@ -182,7 +185,6 @@ VERL_EXPORTS: dict[str, list[str]] = {
 # Exported by verl, deliberately not provided (see the module docstring).
 NOT_PROVIDED: dict[str, set[str]] = {
     "verl": {"__version__"},
-    "verl.protocol": {"BatchData", "all_gather_data_proto"},
     "verl.single_controller.base.worker_group": {"check_workers_alive"},
     "verl.utils.ray_utils": {"ray_noset_visible_devices", "get_event_loop", "auto_await"},
 }

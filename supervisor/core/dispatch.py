@@ -48,7 +48,8 @@ __all__ = [
 
 # A dispatch function that padded its DataProto arguments reports the padding under this kwarg; the
 # bound method pops it before calling the workers and strips the padding from the collected result.
-PADDING_SIZE_KEY = "_supervisor_padding_size"
+# verl's value (its verl.protocol._padding_size_key), so dispatch functions written for verl interoperate.
+PADDING_SIZE_KEY = "_padding_size_key_x123d"
 
 DispatchFn = Callable[..., tuple[Any, Any]]
 CollectFn = Callable[[Any, Any], Any]

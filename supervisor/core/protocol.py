@@ -46,11 +46,13 @@ from torch.utils.data import DataLoader
 from ..errors import SupervisorError
 
 __all__ = [
+    "BatchData",
     "DataProto",
     "DataProtoConfig",
     "DataProtoError",
     "DataProtoFuture",
     "DataProtoItem",
+    "all_gather_data_proto",
     "collate_fn",
     "deserialize_single_tensor",
     "deserialize_tensordict",
@@ -1548,3 +1550,67 @@ class DataProtoFuture:
         if self.dispatch_fn is not None:
             return self.dispatch_fn(collected)
         return collected
+
+
+class BatchData:
+    """One interface to chunk and concatenate the batch kinds a group call moves: :class:`DataProto`,
+    :class:`DataProtoFuture` (and the ObjectRefs of non-blocking calls) and TensorDicts (verl's
+    protocol v2). verl 0.9 also handles its transfer-queue metadata here; that is not part of this library.
+    """
+
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def is_chunkable(self) -> bool:
+        """Whether :meth:`chunk` applies to the wrapped value."""
+        return isinstance(self._data, DataProto | DataProtoFuture | TensorDictBase)
+
+    def is_concatable(self) -> bool:
+        """Whether the wrapped value is a non-empty list of parts :meth:`concat` accepts."""
+        data = self._data
+        return isinstance(data, list | tuple) and len(data) > 0 and isinstance(data[0], DataProto | ray.ObjectRef | TensorDictBase)
+
+    def chunk(self, chunks: int) -> Any:
+        """The wrapped value in ``chunks`` pieces of its own kind (TensorDict pieces are contiguous)."""
+        if isinstance(self._data, TensorDictBase):
+            from .tensordict_utils import chunk_tensordict, contiguous
+
+            return tuple(contiguous(piece) for piece in chunk_tensordict(self._data, chunks))
+        return self._data.chunk(chunks=chunks)
+
+    def concat(self) -> Any:
+        """The wrapped parts as one: ObjectRefs become a :class:`DataProtoFuture`.
+
+        Raises:
+            ValueError: the list is empty.
+        """
+        if not self._data:
+            raise ValueError("Cannot concatenate an empty list of data items.")
+        if isinstance(self._data[0], ray.ObjectRef):
+            return DataProtoFuture.concat(list(self._data))
+        return concat_batches(list(self._data))
+
+
+def all_gather_data_proto(data: DataProto, process_group: Any) -> None:
+    """Gather every rank's rows of ``data`` into ``data`` on every rank of ``process_group`` (in place, like
+    ``torch.distributed.all_gather``; rank order). Every rank must hold the same keys and, per tensor key,
+    the same shape. Tensors are gathered on the current accelerator when there is one, else where they are.
+    """
+    import torch.distributed as dist
+
+    assert isinstance(data, DataProto), f"all_gather_data_proto needs a DataProto, got {type(data).__name__}"
+    size = dist.get_world_size(group=process_group)
+    if data.batch is not None:
+        home = data.batch.device
+        work = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else home
+        gathered = {}
+        for key, tensor in data.batch.items():
+            local = tensor.to(work).contiguous()
+            parts = [torch.empty_like(local) for _ in range(size)]
+            dist.all_gather(parts, local, group=process_group)
+            gathered[key] = torch.cat(parts, dim=0)
+        batch = TensorDict(gathered, batch_size=[int(data.batch.batch_size[0]) * size])
+        data.batch = batch.to(home) if home is not None else batch
+    columns: list[Any] = [None] * size
+    dist.all_gather_object(columns, data.non_tensor_batch, group=process_group)
+    data.non_tensor_batch = {k: np.concatenate([c[k] for c in columns]) for k in data.non_tensor_batch}

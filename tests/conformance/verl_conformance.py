@@ -62,6 +62,12 @@ def pytest_configure(config) -> None:
     if not getattr(ray.init, "__conformance_loopback__", False):
         ray.init = _loopback_init(ray.init)
 
+    import tensordict
+
+    expected = os.environ.get("EXPECT_TENSORDICT")
+    if expected and tensordict.__version__ != expected:
+        raise SystemExit(f"tensordict {tensordict.__version__} imported ({tensordict.__file__}), EXPECT_TENSORDICT={expected}")
+
     import verl
 
     if verl.__name__ != verl_alias.TARGET:
