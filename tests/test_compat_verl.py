@@ -15,22 +15,16 @@ What is checked:
 
 Not provided (verl exports them; the compat layer deliberately does not):
 
-* ``verl``: ``__version__``.
-* ``verl.protocol``: ``BatchData``, ``all_gather_data_proto``, ``fold_batch_dim``,
-  ``unfold_batch_dim``, ``serialize_single_tensor``, ``serialize_tensordict``,
-  ``deserialize_single_tensor``, ``deserialize_tensordict``; the method
-  ``DataProto.unfold_column_chunks``.
-* ``verl.single_controller.base.decorator``: ``dispatch_lazy_compute_data_proto``,
-  ``collect_lazy_compute_data_proto`` (``make_nd_compute_dataproto_dispatch_fn`` is provided),
-  ``dummy_direct_rollout_call``, ``init_predefined_dispatch_mode``, ``init_predefined_execute_mode``.
-* ``verl.single_controller.base.worker``: ``DistRankInfo``, ``DistGlobalInfo``.
+* ``verl``: ``__version__`` (this is not verl; ``supervisor.__version__`` is ours).
 * ``verl.single_controller.base.worker_group``: ``check_workers_alive`` and
-  ``WorkerGroup.start_worker_aliveness_check`` (the supervisor watches workers instead).
-* ``verl.single_controller.ray`` / ``.ray.base``: ``ResourcePoolManager``, the fused-worker API
-  (``create_colocated_worker_cls_fused``, ``create_colocated_worker_raw_cls``,
-  ``RayWorkerGroup.fuse``, ``RayWorkerGroup.spawn_fused``) and ray.base internals
-  (``func_generator``, ``get_master_addr_port``, ``get_random_string``,
-  ``sort_placement_group_by_node_ip``, ``extract_pg_from_exist``).
+  ``WorkerGroup.start_worker_aliveness_check``: they abort the driver (SIGABRT) when a worker dies; the
+  supervisor watches workers and replaces them instead.
+* ``verl.utils.ray_utils``: ``ray_noset_visible_devices``, ``get_event_loop``, ``auto_await`` (only
+  ``parallel_put``, which verl's single controller uses, is mirrored).
+
+Mirrored besides verl's single controller and protocol: ``verl.utils.tensordict_utils`` (all of it) and
+``verl.utils.ray_utils.parallel_put``, which verl's modules and tests import. verl's own CPU tests run
+unmodified against the compat layer with ``make conformance`` (``tests/conformance/``).
 
 Incompatibilities found by this module and fixed (each keeps a regression test below): the
 ``single_controller`` package re-exports ``base``; ``ray.base`` exports ``Worker``;
