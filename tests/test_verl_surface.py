@@ -15,7 +15,13 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from supervisor.compat.verl.protocol import BatchData, DataProto, DataProtoFuture, _padding_size_key, all_gather_data_proto
+from supervisor.compat.verl.protocol import (
+    BatchData,
+    DataProto,
+    DataProtoFuture,
+    _padding_size_key,
+    all_gather_data_proto,
+)
 from supervisor.compat.verl.single_controller.base.decorator import (
     Dispatch,
     Execute,
