@@ -71,3 +71,14 @@ def test_without_the_hook_the_other_verl_is_imported(tmp_path):
     result = _run("import verl; print(verl.DECOY)", tmp_path, hook=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+def test_a_shadowed_sitecustomize_still_runs(tmp_path):
+    other = tmp_path / "other_site"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.OTHER_SITECUSTOMIZE_RAN = True\n")
+    code = "import builtins, verl; print(verl.__name__, getattr(builtins, 'OTHER_SITECUSTOMIZE_RAN', False))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(other), str(REPO)])}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "supervisor.compat.verl True"
