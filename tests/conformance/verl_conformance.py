@@ -6,8 +6,10 @@ this file has already aliased ``verl`` to ``supervisor.compat.verl`` in this pro
 this directory); this plugin checks that it did, re-installs the hook first on ``sys.meta_path``, and
 prepares the environment Ray's local cluster (started by the tests' own ``ray.init``) hands its workers:
 
-* ``PYTHONPATH`` keeps this directory (so workers alias ``verl`` too) and gains ``VERL_SRC``: workers
-  import the test modules (``tests.single_controller...``) by name to unpickle their classes;
+* ``PYTHONPATH`` keeps this directory (so workers alias ``verl`` too) and gains ``VERL_SRC``, so that a
+  worker that has to import a test module (``tests.single_controller...``: Ray pickles a class or
+  function by reference when it is reachable by its module and name) finds it, and its ``verl`` imports
+  are the compat ones;
 * every Ray address stays on loopback: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, and a ``ray.init()``
   without an address starts a new local cluster (``address="local"``: it never joins another cluster
   running on the machine) on ``_node_ip_address="127.0.0.1"``, without a dashboard unless it asks.
