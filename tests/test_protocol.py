@@ -214,10 +214,9 @@ def test_from_dict_auto_padding_marks_meta_info():
     assert make_data(3).is_padding_enabled() is False
 
 
-def test_from_dict_with_two_batch_dims_and_no_non_tensors():
-    data = DataProto.from_dict(tensors={"x": torch.zeros(2, 3, 4)}, num_batch_dims=2)
-    assert list(data.batch.batch_size) == [2, 3]
-    assert len(data) == 2
+def test_from_dict_rejects_two_batch_dims_as_verl_0_9_does():
+    with pytest.raises(AssertionError, match=r"exactly 1 batch dimension .* got batch_size=\[2, 3\]"):
+        DataProto.from_dict(tensors={"x": torch.zeros(2, 3, 4)}, num_batch_dims=2)
 
 
 def test_from_dict_rejects_tensors_with_different_batch_sizes():
@@ -561,7 +560,7 @@ def test_union_numpy_dict_deep_compares_object_arrays():
     right = {"a": object_array([{"k": [1, 2]}, float("nan")]), "b": np.arange(2)}
     assert union_numpy_dict(left, right) is left
     assert sorted(left) == ["a", "b"]
-    with pytest.raises(ValueError, match="non_tensor_batch key 'a'"):
+    with pytest.raises(ValueError, match="`a` in tensor_dict1 and tensor_dict2 are not the same object"):
         union_numpy_dict(left, {"a": object_array([{"k": [1, 3]}, float("nan")])})
 
 
@@ -652,7 +651,7 @@ def test_concat_without_metrics_adds_no_metrics_key():
 
 
 def test_concat_conflicting_meta_info():
-    with pytest.raises(ValueError, match="conflicting values for meta_info key 'temperature': 0.7 vs 1.0"):
+    with pytest.raises(ValueError, match="Conflicting values for meta_info key 'temperature': 0.7 vs 1.0"):
         DataProto.concat([make_data(1), make_data(1, meta_info={"temperature": 1.0})])
 
 

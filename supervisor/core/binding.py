@@ -19,7 +19,7 @@ from .decorator import MethodSpec, get_method_spec
 from .dispatch import PADDING_SIZE_KEY, resolve_dispatch_fns
 from .modes import Dispatch, Execute
 
-__all__ = ["BoundGroupMethod", "registered_methods", "bind_registered_methods"]
+__all__ = ["BoundGroupMethod", "registered_methods", "bind_registered_methods", "func_generator"]
 
 
 def registered_methods(user_cls: type) -> dict[str, MethodSpec]:
@@ -145,3 +145,33 @@ def bind_registered_methods(group: Any, user_cls: type) -> list[str]:
         setattr(group, name, BoundGroupMethod(group, name, spec))
         names.append(name)
     return names
+
+
+def func_generator(
+    self: Any,
+    method_name: str,
+    dispatch_fn: Callable[..., Any],
+    collect_fn: Callable[..., Any],
+    execute_fn: Callable[..., Any],
+    blocking: bool,
+) -> Callable[..., Any]:
+    """verl's low-level group method: dispatch with ``dispatch_fn(self, ...)``, run
+    ``execute_fn(method_name, ...)``, wait when ``blocking``, collect with ``collect_fn(self, output)`` and
+    strip the padding dispatch added. :class:`BoundGroupMethod` is the same pipeline for registered
+    methods (with metrics and supervision); this one takes the functions directly."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = dispatch_fn(self, *args, **kwargs)
+        pad_size = kwargs.pop(PADDING_SIZE_KEY, 0)
+        output = execute_fn(method_name, *args, **kwargs)
+        if blocking:
+            import ray
+
+            output = ray.get(output)
+        output = collect_fn(self, output)
+        if pad_size and isinstance(output, list):
+            return output[:-pad_size]
+        return _strip_padding(output, pad_size) if pad_size else output
+
+    call.__name__ = method_name
+    return call

@@ -3,6 +3,12 @@
 :func:`create_colocated_worker_cls` builds a Worker class that constructs every role's class inside
 itself and exposes each role's registered methods as ``{role}_{method}``. A group of that class is
 split into one group per role with :meth:`~supervisor.core.group.WorkerGroup.spawn`.
+
+The fused variant (verl's): :func:`create_colocated_worker_raw_cls` builds a plain Worker class that
+constructs every role as an attribute (``self.actor``, ``self.critic``; a user class may derive from it
+and add methods that use several roles in-process). A group of it, marked ``fused_worker_used``, reaches
+a role's methods through the sub-groups :meth:`~supervisor.core.group.WorkerGroup.fuse` attaches
+(``group.actor.add(...)``); each call runs ``_fuw_execute("{role}_fwmn_{method}", ...)`` on the actors.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from .decorator import MAGIC_ATTR
 from .modes import Dispatch
 from .worker import Worker
 
-__all__ = ["create_colocated_worker_cls"]
+__all__ = ["FUSED_METHOD_SEPARATOR", "create_colocated_worker_cls", "create_colocated_worker_cls_fused", "create_colocated_worker_raw_cls"]
+
+# "{role}_fwmn_{method}" ("fused worker method name") names a role's method for FusedWorker._fuw_execute.
+FUSED_METHOD_SEPARATOR = "_fwmn_"
 
 
 def _delegate(role: str, method_name: str, is_async: bool) -> Any:
@@ -34,6 +43,69 @@ def _delegate(role: str, method_name: str, is_async: bool) -> Any:
     return call
 
 
+def _role_classes(class_dict: dict[str, ClassWithInitArgs], what: str) -> dict[str, tuple[type, tuple[Any, ...], dict[str, Any]]]:
+    if not class_dict:
+        raise ConfigError(f"{what} needs at least one role")
+    roles: dict[str, tuple[type, tuple[Any, ...], dict[str, Any]]] = {}
+    for role, cwia in class_dict.items():
+        if not role.isidentifier():
+            raise ConfigError(f"role name {role!r} must be an identifier (it prefixes method names)")
+        user_cls = unwrap_actor_class(cwia.cls)
+        if not (isinstance(user_cls, type) and issubclass(user_cls, Worker)):
+            raise ConfigError(f"role {role!r}: {user_cls!r} must derive from supervisor.Worker to be colocated")
+        roles[role] = (user_cls, cwia.args, cwia.kwargs)
+    return roles
+
+
+def create_colocated_worker_raw_cls(class_dict: dict[str, ClassWithInitArgs]) -> type:
+    """verl's fused worker: a :class:`Worker` class (not yet ``ray.remote``) hosting every role.
+
+    An instance holds each role's worker as the attribute named by the role and in ``fused_worker_dict``
+    (which every role's worker also receives, so roles can reach each other). ``_fuw_execute(
+    "{role}_fwmn_{method}", *args, **kwargs)`` calls a role's method. The class attribute
+    ``raw_cls_dict`` maps each role to its class; ``is_fused_worker`` is True.
+
+    Raises:
+        ConfigError: empty dict, a role name that is not an identifier, or a class not derived from Worker.
+    """
+    roles = _role_classes(class_dict, "create_colocated_worker_raw_cls")
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        Worker.__init__(self, *args, **kwargs)
+        for role, (cls, role_args, role_kwargs) in roles.items():
+            self.fused_worker_dict[role] = cls(*role_args, **role_kwargs)
+            setattr(self, role, self.fused_worker_dict[role])
+        for worker in self.fused_worker_dict.values():
+            setattr(worker, Worker.fused_worker_attr_name, self.fused_worker_dict)
+
+    def _fuw_execute(self: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        role, sep, name = method_name.partition(FUSED_METHOD_SEPARATOR)
+        assert sep and role in self.fused_worker_dict, (
+            f"calling {role}'s {name}, but {role} not in fused_worker_dict"
+        )
+        return getattr(self.fused_worker_dict[role], name)(*args, **kwargs)
+
+    name = "_".join(["FusedWorker", *roles])
+    namespace = {
+        "__init__": __init__,
+        "_fuw_execute": _fuw_execute,
+        "__module__": __name__,
+        "is_fused_worker": True,
+        "raw_cls_dict": {role: cls for role, (cls, _, _) in roles.items()},
+    }
+    return type(name, (Worker,), namespace)
+
+
+def create_colocated_worker_cls_fused(class_dict: dict[str, ClassWithInitArgs]) -> ClassWithInitArgs:
+    """:func:`create_colocated_worker_raw_cls` as a ``ray.remote`` class with ``fused_worker_used`` set:
+    a group of it gets one sub-group per role from ``spawn``/``fuse``."""
+    import ray
+
+    cwia = ClassWithInitArgs(ray.remote(create_colocated_worker_raw_cls(class_dict)))
+    cwia.fused_worker_used = True
+    return cwia
+
+
 def create_colocated_worker_cls(class_dict: dict[str, ClassWithInitArgs]) -> ClassWithInitArgs:
     """A class whose single actor per rank hosts every role of ``class_dict``.
 
@@ -46,16 +118,7 @@ def create_colocated_worker_cls(class_dict: dict[str, ClassWithInitArgs]) -> Cla
     Raises:
         ConfigError: empty dict, a role name that is not an identifier, or a class not derived from Worker.
     """
-    if not class_dict:
-        raise ConfigError("create_colocated_worker_cls needs at least one role")
-    roles: dict[str, tuple[type, tuple[Any, ...], dict[str, Any]]] = {}
-    for role, cwia in class_dict.items():
-        if not role.isidentifier():
-            raise ConfigError(f"role name {role!r} must be an identifier (it prefixes method names)")
-        user_cls = unwrap_actor_class(cwia.cls)
-        if not (isinstance(user_cls, type) and issubclass(user_cls, Worker)):
-            raise ConfigError(f"role {role!r}: {user_cls!r} must derive from supervisor.Worker to be colocated")
-        roles[role] = (user_cls, cwia.args, cwia.kwargs)
+    roles = _role_classes(class_dict, "create_colocated_worker_cls")
 
     def __init__(self: Any) -> None:
         Worker.__init__(self)

@@ -71,6 +71,12 @@ def check_dispatch_mode(dispatch_mode: Any) -> None:
     raise ValueError(f"dispatch_mode must be a Dispatch member or a dict, got {dispatch_mode!r}")
 
 
+def check_execute_mode(execute_mode: Any) -> None:
+    """Raise a ValueError unless ``execute_mode`` is an Execute member."""
+    if not isinstance(execute_mode, Execute):
+        raise ValueError(f"execute_mode must be an Execute member, got {execute_mode!r}")
+
+
 def _materialize_futures(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     # A DataProtoFuture can only arrive by unpickling, which imports supervisor.core.protocol; when that module
     # is not loaded there is nothing to resolve, and light workers never pay for importing torch.
@@ -121,8 +127,7 @@ def register(
         ValueError: ``dispatch_mode`` or ``execute_mode`` is not valid.
     """
     check_dispatch_mode(dispatch_mode)
-    if not isinstance(execute_mode, Execute):
-        raise ValueError(f"execute_mode must be an Execute member, got {execute_mode!r}")
+    check_execute_mode(execute_mode)
     if on_rank_failure not in (None, "retry", "raise"):
         raise ValueError(f"on_rank_failure must be 'retry', 'raise' or None, got {on_rank_failure!r}")
     spec = MethodSpec(

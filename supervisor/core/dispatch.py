@@ -28,6 +28,8 @@ __all__ = [
     "update_dispatch_mode",
     "resolve_dispatch_fns",
     "make_nd_compute_dataproto_dispatch_fn",
+    "dispatch_lazy_compute_data_proto",
+    "collect_lazy_compute_data_proto",
     "dispatch_one_to_all",
     "dispatch_all_to_all",
     "collect_all_to_all",
@@ -46,7 +48,8 @@ __all__ = [
 
 # A dispatch function that padded its DataProto arguments reports the padding under this kwarg; the
 # bound method pops it before calling the workers and strips the padding from the collected result.
-PADDING_SIZE_KEY = "_supervisor_padding_size"
+# verl's value (its verl.protocol._padding_size_key), so dispatch functions written for verl interoperate.
+PADDING_SIZE_KEY = "_padding_size_key_x123d"
 
 DispatchFn = Callable[..., tuple[Any, Any]]
 CollectFn = Callable[[Any, Any], Any]
@@ -112,7 +115,12 @@ def collect_dp_compute(worker_group: Any, output: Any) -> list[Any]:
 
 
 def _split_data_proto_args(
-    mode: str, chunks: int, args: tuple[Any, ...], kwargs: dict[str, Any], auto_padding: bool
+    mode: str,
+    chunks: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    auto_padding: bool,
+    tensordicts: bool = False,
 ) -> tuple[tuple[list[Any], ...], dict[str, Any]]:
     from .protocol import DataProto, DataProtoFuture, pad_dataproto_to_divisor
 
@@ -123,6 +131,9 @@ def _split_data_proto_args(
     for where, value in named:
         if isinstance(value, DataProtoFuture):
             split.append(value.chunk(chunks))
+            continue
+        if tensordicts and _is_tensordict(value):
+            split.append(_chunk_tensordict(mode, where, value, chunks))
             continue
         if not isinstance(value, DataProto):
             raise DispatchError(f"{mode} splits DataProto arguments; {where} is a {type(value).__name__}")
@@ -147,6 +158,20 @@ def _split_data_proto_args(
     if pad_size:
         out_kwargs[PADDING_SIZE_KEY] = pad_size
     return out_args, out_kwargs
+
+
+def _is_tensordict(value: Any) -> bool:
+    from tensordict import TensorDictBase
+
+    return isinstance(value, TensorDictBase)
+
+
+def _chunk_tensordict(mode: str, where: str, value: Any, chunks: int) -> list[Any]:
+    from .tensordict_utils import chunk_tensordict
+
+    if len(value) % chunks != 0:
+        raise DispatchError(f"{mode} cannot split {where} of {len(value)} rows evenly across {chunks} dp ranks")
+    return chunk_tensordict(value, chunks)
 
 
 def dispatch_dp_compute_data_proto(worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -214,19 +239,21 @@ def collect_nd_compute(collect_mask: list[bool], worker_group: Any, output: Any)
 def dispatch_nd_compute_dataproto(
     dp_rank_mapping: list[int], dp_size: int, worker_group: Any, *args: Any, **kwargs: Any
 ) -> tuple[tuple[list[Any], ...], dict[str, list[Any]]]:
-    split_args, split_kwargs = _split_data_proto_args("mesh dispatch", dp_size, args, kwargs, auto_padding=False)
+    split_args, split_kwargs = _split_data_proto_args(
+        "mesh dispatch", dp_size, args, kwargs, auto_padding=False, tensordicts=True
+    )
     return dispatch_nd_compute(dp_rank_mapping, dp_size, worker_group, *split_args, **split_kwargs)
 
 
 def collect_nd_compute_dataproto(collect_mask: list[bool], worker_group: Any, output: Any) -> Any:
     import ray
 
-    from .protocol import DataProto, DataProtoFuture
+    from .protocol import DataProtoFuture, concat_batches
 
     kept = collect_nd_compute(collect_mask, worker_group, output)
     if all(isinstance(o, ray.ObjectRef) for o in kept):
         return DataProtoFuture.concat(kept)
-    return DataProto.concat(kept)
+    return concat_batches(kept)
 
 
 def _mesh_dispatch(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -236,6 +263,16 @@ def _mesh_dispatch(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any)
 
 def _mesh_collect(mesh_name: str, worker_group: Any, output: Any) -> Any:
     return collect_nd_compute_dataproto(worker_group.collect_info(mesh_name), worker_group, output)
+
+
+def dispatch_lazy_compute_data_proto(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """Mesh dispatch for ``mesh_name``: the ranks' dp ranks are asked once and cached on the group."""
+    return _mesh_dispatch(mesh_name, worker_group, *args, **kwargs)
+
+
+def collect_lazy_compute_data_proto(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> Any:
+    """Mesh collect for ``mesh_name``: the outputs of the ranks that registered ``is_collect``."""
+    return _mesh_collect(mesh_name, worker_group, *args, **kwargs)
 
 
 def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable[..., Any]]:

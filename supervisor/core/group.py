@@ -9,7 +9,7 @@ re-attach to a detached group with :meth:`WorkerGroup.from_detached`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..placement.layout import BundleRef, BundleSlot, actor_name, validate_name_
 from ..placement.pool import PlacementStrategy, ResourcePool
 from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
+from .colocate import FUSED_METHOD_SEPARATOR
 from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars
 from .rendezvous import pick_rendezvous
 from .worker import SUPERVISION_CONCURRENCY_GROUPS, Worker, send_rendezvous
@@ -105,8 +106,11 @@ class WorkerGroup:
         self.cls_with_init = cls_with_init
         self.resource_pool = resource_pool
         self.worker_env = check_user_env(worker_env)
-        self.fused_worker_used = False
+        # verl's fused workers: a group of a create_colocated_worker_raw_cls class reaches each role
+        # through a sub-group (fuse/spawn_fused) whose calls go to _fuw_execute; sub_cls_name is its role.
+        self.fused_worker_used = bool(getattr(cls_with_init, "fused_worker_used", False))
         self.sub_cls_name = ""
+        self.wg_dict: dict[str, WorkerGroup] | None = None
         self.on_rendezvous_picked: Callable[[Rendezvous], None] | None = None
         self._workers: list[Any] = []
         self._worker_names: list[str] = []
@@ -297,23 +301,11 @@ class WorkerGroup:
         Returns:
             ``{role: group}``; ``group.method(...)`` calls ``role_method`` on the colocated actors.
         """
+        if self.fused_worker_used:
+            return self.spawn_fused(prefix_set)
         out: dict[str, WorkerGroup] = {}
         for role in prefix_set:
-            # Bypass subclass constructors (the verl adapter renames arguments): same type, attached.
-            group = type(self).__new__(type(self))
-            WorkerGroup.__init__(
-                group,
-                cls_with_init=self.cls_with_init,
-                name_prefix=self.name_prefix,
-                worker_names=self._worker_names,
-                worker_handles=self._workers,
-                namespace=self.namespace,
-            )
-            group._slots = list(self._slots)
-            group._bundles = list(self._bundles)
-            group._pgs = list(self._pgs)
-            group._rendezvous = self._rendezvous
-            group.resource_pool = self.resource_pool
+            group = self._attached_copy(self.cls_with_init)
             prefix = role + "_"
             for method_name in list(group.method_names):
                 if method_name.startswith(prefix):
@@ -321,6 +313,51 @@ class WorkerGroup:
             group.sub_cls_name = role
             out[role] = group
         return out
+
+    def spawn_fused(self, prefix_set: Iterable[str]) -> dict[str, WorkerGroup]:
+        """One group per role of a fused group (``create_colocated_worker_raw_cls``), sharing its actors;
+        each has its role's methods, and calls them on the actors through ``_fuw_execute``.
+
+        Raises:
+            ConfigError: the group's class is not a fused worker class, or has no such role.
+        """
+        raw_cls_dict = getattr(self.cls_with_init.user_cls if self.cls_with_init else None, "raw_cls_dict", None)
+        if raw_cls_dict is None:
+            raise ConfigError(f"group {self.name_prefix} is not a fused worker group (create_colocated_worker_raw_cls)")
+        out: dict[str, WorkerGroup] = {}
+        for role in prefix_set:
+            if role not in raw_cls_dict:
+                raise ConfigError(f"fused worker group {self.name_prefix} has no role {role!r} (roles: {sorted(raw_cls_dict)})")
+            group = self._attached_copy(ClassWithInitArgs(raw_cls_dict[role]))
+            group.fused_worker_used = True
+            group.sub_cls_name = role
+            out[role] = group
+        return out
+
+    def fuse(self, prefix_set: Iterable[str]) -> None:
+        """Attach the role groups of a fused group as attributes: ``group.actor.add(...)``."""
+        if self.wg_dict is None:
+            self.wg_dict = self.spawn(prefix_set)
+        for role, role_group in self.wg_dict.items():
+            setattr(self, role, role_group)
+
+    def _attached_copy(self, cls_with_init: ClassWithInitArgs | None) -> WorkerGroup:
+        # Bypass subclass constructors (the verl adapter renames arguments): same type, attached.
+        group = type(self).__new__(type(self))
+        WorkerGroup.__init__(
+            group,
+            cls_with_init=cls_with_init,
+            name_prefix=self.name_prefix,
+            worker_names=self._worker_names,
+            worker_handles=self._workers,
+            namespace=self.namespace,
+        )
+        group._slots = list(self._slots)
+        group._bundles = list(self._bundles)
+        group._pgs = list(self._pgs)
+        group._rendezvous = self._rendezvous
+        group.resource_pool = self.resource_pool
+        return group
 
     # -- replacement ----------------------------------------------------------------------------
     @property
@@ -512,6 +549,9 @@ class WorkerGroup:
 
     # -- execution ------------------------------------------------------------------------------
     def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.fused_worker_used and self.sub_cls_name:  # a role of a fused group: through its host
+            args = (f"{self.sub_cls_name}{FUSED_METHOD_SEPARATOR}{method_name}", *args)
+            method_name = "_fuw_execute"
         try:
             method = getattr(worker, method_name)
         except AttributeError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["OpenEnum", "Dispatch", "Execute"]
+__all__ = ["OpenEnum", "Dispatch", "Execute", "init_predefined_dispatch_mode", "init_predefined_execute_mode"]
 
 
 class OpenEnum:
@@ -96,7 +96,7 @@ class Execute(OpenEnum):
     RANK_ZERO: ClassVar[Execute]
 
 
-for _name in (
+PREDEFINED_DISPATCH_MODES = (
     "RANK_ZERO",
     "ONE_TO_ALL",
     "ALL_TO_ALL",
@@ -105,8 +105,21 @@ for _name in (
     "DP_COMPUTE_PROTO_WITH_FUNC",
     "DP_COMPUTE_METRIC",
     "DIRECT_ROLLOUT_METHOD",
-):
-    Dispatch.register(_name)
-for _name in ("ALL", "RANK_ZERO"):
-    Execute.register(_name)
-del _name
+)
+PREDEFINED_EXECUTE_MODES = ("ALL", "RANK_ZERO")
+
+
+def init_predefined_dispatch_mode() -> None:
+    """Register the predefined :class:`Dispatch` members (idempotent; done at import)."""
+    for name in PREDEFINED_DISPATCH_MODES:
+        Dispatch.register(name)
+
+
+def init_predefined_execute_mode() -> None:
+    """Register the predefined :class:`Execute` members (idempotent; done at import)."""
+    for name in PREDEFINED_EXECUTE_MODES:
+        Execute.register(name)
+
+
+init_predefined_dispatch_mode()
+init_predefined_execute_mode()

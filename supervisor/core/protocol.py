@@ -46,13 +46,21 @@ from torch.utils.data import DataLoader
 from ..errors import SupervisorError
 
 __all__ = [
+    "BatchData",
     "DataProto",
     "DataProtoConfig",
     "DataProtoError",
     "DataProtoFuture",
     "DataProtoItem",
+    "all_gather_data_proto",
     "collate_fn",
+    "deserialize_single_tensor",
+    "deserialize_tensordict",
+    "fold_batch_dim",
     "pad_dataproto_to_divisor",
+    "serialize_single_tensor",
+    "serialize_tensordict",
+    "unfold_batch_dim",
     "union_numpy_dict",
     "union_tensor_dict",
     "unpad_dataproto",
@@ -398,7 +406,7 @@ def _merge_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
                 merged[key] = value
             elif not _values_equal(merged[key], value):
                 raise DataProtoError(
-                    f"conflicting values for meta_info key '{key}': "
+                    f"Conflicting values for meta_info key '{key}': "
                     f"{_short_repr.repr(merged[key])} vs {_short_repr.repr(value)}"
                 )
     if metrics:
@@ -527,9 +535,8 @@ def union_numpy_dict(
     """
     conflict = _find_numpy_conflict(tensor_dict1, tensor_dict2)
     if conflict is not None:
-        raise DataProtoError(
-            f"cannot union: non_tensor_batch key '{conflict}' holds different values on the two sides"
-        )
+        # verl's text (its tests match it)
+        raise DataProtoError(f"`{conflict}` in tensor_dict1 and tensor_dict2 are not the same object.")
     tensor_dict1.update(tensor_dict2)
     return tensor_dict1
 
@@ -610,6 +617,77 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     if pad_size == 0:
         return data
     return data[:-pad_size]
+
+
+def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
+    """Rows ``[bsz, ...]`` regrouped as ``[new_batch_size, bsz // new_batch_size, ...]`` (one batch dim).
+
+    Raises:
+        AssertionError: ``new_batch_size`` does not divide the batch size.
+    """
+    length = data.batch.batch_size[0]
+    assert length % new_batch_size == 0, f"batch size {length} is not divisible by {new_batch_size}"
+    batch = data.batch.view(new_batch_size, -1)
+    batch.auto_batch_size_(batch_dims=1)
+    non_tensors = {k: np.reshape(v, (new_batch_size, -1, *v.shape[1:])) for k, v in data.non_tensor_batch.items()}
+    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
+
+
+def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
+    """The inverse of :func:`fold_batch_dim`: the first ``batch_dims`` dimensions flattened into one."""
+    batch = data.batch
+    batch.auto_batch_size_(batch_dims=batch_dims)
+    batch = batch.view(-1)
+    length = batch.batch_size[0]
+    non_tensors = {k: np.reshape(v, (length, *v.shape[batch_dims:])) for k, v in data.non_tensor_batch.items()}
+    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
+
+
+def serialize_single_tensor(obj: torch.Tensor) -> tuple[str, torch.Size, np.ndarray]:
+    """``(dtype name, shape, raw bytes as a uint8 array)``: a tensor as plain data (msgpack-friendly)."""
+    raw = obj.detach().contiguous().flatten().view(torch.uint8).numpy()
+    return str(obj.dtype).removeprefix("torch."), obj.shape, raw
+
+
+def deserialize_single_tensor(arr: Any) -> torch.Tensor:
+    """The tensor :func:`serialize_single_tensor` encoded (a copy, writable)."""
+    dtype_name, shape, raw = arr
+    dtype = getattr(torch, dtype_name)
+    assert isinstance(dtype, torch.dtype), f"{dtype_name!r} is not a torch dtype"
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).view(shape)
+
+
+def serialize_tensordict(batch: TensorDict) -> tuple[tuple[int, ...], str | None, dict[str, tuple[Any, ...]]]:
+    """``(batch size, device, {key: encoding})``; a jagged column is ``(layout, [row encodings])``."""
+    items: dict[str, tuple[Any, ...]] = {}
+    for key, value in batch.items():
+        if value.is_nested:
+            items[key] = (str(value.layout).removeprefix("torch."), [serialize_single_tensor(r) for r in value.unbind()])
+        else:
+            items[key] = serialize_single_tensor(value)
+    device = None if batch.device is None else str(batch.device)
+    return tuple(batch.batch_size), device, items
+
+
+def deserialize_tensordict(arr: Any) -> TensorDict:
+    """The TensorDict :func:`serialize_tensordict` encoded.
+
+    Raises:
+        ValueError: an entry is neither a tensor (3 fields) nor a nested tensor (2 fields) encoding.
+    """
+    batch_size, device, items = arr
+    decoded: dict[str, torch.Tensor] = {}
+    for key, value in items.items():
+        if len(value) == 3:
+            decoded[key] = deserialize_single_tensor(value)
+        elif len(value) == 2:
+            layout, rows = value
+            decoded[key] = torch.nested.as_nested_tensor(
+                [deserialize_single_tensor(r) for r in rows], layout=getattr(torch, layout)
+            )
+        else:
+            raise ValueError(f"Invalid tensor encoding format, expected length 2 or 3, got {len(value)}")
+    return TensorDict(source=decoded, batch_size=batch_size, device=device)
 
 
 # ------------------------------------------------------------------------ classes
@@ -694,8 +772,8 @@ class DataProto:
             non_tensors: per-sample values. Anything that is not an ``np.ndarray`` is
                 converted with ``np.array(value, dtype=object)``.
             meta_info: batch-level values (the dict is copied, the values are not).
-            num_batch_dims: leading dimensions that form the batch; must be 1 when
-                ``non_tensors`` is not empty.
+            num_batch_dims: leading dimensions that form the batch. Anything but 1 fails the
+                consistency check (verl 0.9 supports one batch dimension); see :func:`fold_batch_dim`.
             auto_padding: allow uneven :meth:`chunk` for this DataProto.
 
         Raises:
@@ -880,8 +958,12 @@ class DataProto:
         if self.batch is not None:
             if not isinstance(self.batch, TensorDictBase):
                 raise TypeError(f"batch must be a TensorDict or None, got {type(self.batch).__name__}")
-            if len(self.batch.batch_size) == 0:
-                raise DataProtoError("batch must have at least one batch dimension, got batch_size=[]")
+            if len(self.batch.batch_size) != 1:
+                # verl 0.9 keeps one batch dimension (fold/unfold_batch_dim reshape around that).
+                raise DataProtoError(
+                    f"batch must have exactly 1 batch dimension (only num_batch_dims=1 is supported), "
+                    f"got batch_size={list(self.batch.batch_size)}"
+                )
         if not isinstance(self.non_tensor_batch, dict):
             raise TypeError(f"non_tensor_batch must be a dict, got {type(self.non_tensor_batch).__name__}")
         if not isinstance(self.meta_info, dict):
@@ -889,11 +971,6 @@ class DataProto:
         if not self.non_tensor_batch:
             return
 
-        if self.batch is not None and len(self.batch.batch_size) != 1:
-            raise DataProtoError(
-                f"batch must have exactly 1 batch dimension when non_tensor_batch is not empty, "
-                f"got batch_size={list(self.batch.batch_size)}"
-            )
         expected = int(self.batch.batch_size[0]) if self.batch is not None else None
         reference = "the batch size"
         for key, value in self.non_tensor_batch.items():
@@ -1217,6 +1294,34 @@ class DataProto:
         order = rows.repeat_interleave(repeat_times) if interleave else rows.repeat(repeat_times)
         return self.select_idxs(order)
 
+    def unfold_column_chunks(self, n_split: int, split_keys: list[str] | None = None) -> DataProto:
+        """Each row becomes ``n_split`` rows: columns in ``split_keys`` are cut along their second
+        dimension into ``n_split`` pieces (one per new row); the other columns repeat.
+
+        Raises:
+            DataProtoError: a split column's second dimension is not divisible by ``n_split``.
+        """
+        split = set(split_keys or ())
+
+        def unfold(key: str, value: Any, repeat: Callable[[Any], Any]) -> Any:
+            if key not in split:
+                return repeat(value)
+            if value.shape[1] % n_split:
+                raise DataProtoError(f"'{key}' has {value.shape[1]} columns, not divisible by n_split={n_split}")
+            return value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])
+
+        batch = None
+        if self.batch is not None:
+            batch = TensorDict(
+                {k: unfold(k, v, lambda t: torch.repeat_interleave(t, n_split, dim=0)) for k, v in self.batch.items()},
+                batch_size=(self.batch.batch_size[0] * n_split,),
+                device=self.batch.device,
+            )
+        non_tensors = {
+            k: unfold(k, v, lambda a: np.repeat(a, n_split, axis=0)) for k, v in self.non_tensor_batch.items()
+        }
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=self.meta_info)
+
     def sample_level_repeat(self, repeat_times: int | Sequence[int] | torch.Tensor | np.ndarray) -> DataProto:
         """Repeat row ``i`` ``repeat_times[i]`` times, keeping copies adjacent.
 
@@ -1369,7 +1474,22 @@ class DataProto:
 # --------------------------------------------------------------------------- futures
 
 
-def _take_chunk(data: DataProto, index: int, chunks: int) -> DataProto:
+def concat_batches(parts: list[Any]) -> Any:
+    """What a group's ranks returned, as one batch: TensorDicts (verl's protocol v2, e.g. from a mesh
+    dispatch) concatenate with :func:`~supervisor.core.tensordict_utils.concat_tensordict`, DataProtos
+    with :meth:`DataProto.concat`."""
+    if parts and all(isinstance(p, TensorDictBase) for p in parts):
+        from .tensordict_utils import concat_tensordict
+
+        return concat_tensordict(list(parts))
+    return DataProto.concat(parts)
+
+
+def _take_chunk(data: Any, index: int, chunks: int) -> Any:
+    if isinstance(data, TensorDictBase):
+        from .tensordict_utils import chunk_tensordict
+
+        return chunk_tensordict(data, chunks)[index]
     return data.chunk(chunks=chunks)[index]
 
 
@@ -1393,8 +1513,8 @@ class DataProtoFuture:
 
     @staticmethod
     def concat(data: list[ray.ObjectRef]) -> DataProtoFuture:
-        """A future for the concatenation of the DataProtos behind ``data``."""
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=data)
+        """A future for the concatenation of the DataProtos (or TensorDicts) behind ``data``."""
+        return DataProtoFuture(collect_fn=concat_batches, futures=data)
 
     def chunk(self, chunks: int) -> list[DataProtoFuture]:
         """``chunks`` futures; the ``i``-th resolves to ``self.get().chunk(chunks)[i]``.
@@ -1430,3 +1550,67 @@ class DataProtoFuture:
         if self.dispatch_fn is not None:
             return self.dispatch_fn(collected)
         return collected
+
+
+class BatchData:
+    """One interface to chunk and concatenate the batch kinds a group call moves: :class:`DataProto`,
+    :class:`DataProtoFuture` (and the ObjectRefs of non-blocking calls) and TensorDicts (verl's
+    protocol v2). verl 0.9 also handles its transfer-queue metadata here; that is not part of this library.
+    """
+
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def is_chunkable(self) -> bool:
+        """Whether :meth:`chunk` applies to the wrapped value."""
+        return isinstance(self._data, DataProto | DataProtoFuture | TensorDictBase)
+
+    def is_concatable(self) -> bool:
+        """Whether the wrapped value is a non-empty list of parts :meth:`concat` accepts."""
+        data = self._data
+        return isinstance(data, list | tuple) and len(data) > 0 and isinstance(data[0], DataProto | ray.ObjectRef | TensorDictBase)
+
+    def chunk(self, chunks: int) -> Any:
+        """The wrapped value in ``chunks`` pieces of its own kind (TensorDict pieces are contiguous)."""
+        if isinstance(self._data, TensorDictBase):
+            from .tensordict_utils import chunk_tensordict, contiguous
+
+            return tuple(contiguous(piece) for piece in chunk_tensordict(self._data, chunks))
+        return self._data.chunk(chunks=chunks)
+
+    def concat(self) -> Any:
+        """The wrapped parts as one: ObjectRefs become a :class:`DataProtoFuture`.
+
+        Raises:
+            ValueError: the list is empty.
+        """
+        if not self._data:
+            raise ValueError("Cannot concatenate an empty list of data items.")
+        if isinstance(self._data[0], ray.ObjectRef):
+            return DataProtoFuture.concat(list(self._data))
+        return concat_batches(list(self._data))
+
+
+def all_gather_data_proto(data: DataProto, process_group: Any) -> None:
+    """Gather every rank's rows of ``data`` into ``data`` on every rank of ``process_group`` (in place, like
+    ``torch.distributed.all_gather``; rank order). Every rank must hold the same keys and, per tensor key,
+    the same shape. Tensors are gathered on the current accelerator when there is one, else where they are.
+    """
+    import torch.distributed as dist
+
+    assert isinstance(data, DataProto), f"all_gather_data_proto needs a DataProto, got {type(data).__name__}"
+    size = dist.get_world_size(group=process_group)
+    if data.batch is not None:
+        home = data.batch.device
+        work = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else home
+        gathered = {}
+        for key, tensor in data.batch.items():
+            local = tensor.to(work).contiguous()
+            parts = [torch.empty_like(local) for _ in range(size)]
+            dist.all_gather(parts, local, group=process_group)
+            gathered[key] = torch.cat(parts, dim=0)
+        batch = TensorDict(gathered, batch_size=[int(data.batch.batch_size[0]) * size])
+        data.batch = batch.to(home) if home is not None else batch
+    columns: list[Any] = [None] * size
+    dist.all_gather_object(columns, data.non_tensor_batch, group=process_group)
+    data.non_tensor_batch = {k: np.concatenate([c[k] for c in columns]) for k in data.non_tensor_batch}

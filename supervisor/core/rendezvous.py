@@ -6,7 +6,7 @@ from typing import Any
 
 from .env import Rendezvous
 
-__all__ = ["pick_rendezvous"]
+__all__ = ["master_addr_port", "pick_rendezvous"]
 
 
 def _probe_master_addr_port(avoid_port: int | None) -> tuple[str, int]:
@@ -16,6 +16,29 @@ def _probe_master_addr_port(avoid_port: int | None) -> tuple[str, int]:
     while port == avoid_port:
         port = find_free_port()
     return node_ip_address(), port
+
+
+def master_addr_port(master_port_range: list[int] | None = None) -> tuple[str, str]:
+    """This node's address and a free port on it, as strings; the first free port of
+    ``[start, stop)`` when ``master_port_range`` is given.
+
+    Raises:
+        RuntimeError: no port of ``master_port_range`` is free.
+    """
+    import socket
+
+    from supervisor.core.worker import find_free_port, node_ip_address
+
+    if master_port_range is None:
+        return node_ip_address(), str(find_free_port())
+    for port in range(master_port_range[0], master_port_range[1]):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+        return node_ip_address(), str(port)
+    raise RuntimeError(f"Could not find a free port in range {master_port_range}")
 
 
 def pick_rendezvous(

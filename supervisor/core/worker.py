@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import WorkerEnvError
@@ -20,6 +21,8 @@ from .env import STANDBY_ENV_KEY
 from .modes import Dispatch, Execute
 
 __all__ = [
+    "DistGlobalInfo",
+    "DistRankInfo",
     "Worker",
     "WorkerHelper",
     "find_free_port",
@@ -66,6 +69,26 @@ def find_free_port(host: str = "") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass
+class DistRankInfo:
+    """A rank's coordinates in a parallel layout (tensor, data, pipeline, context parallel)."""
+
+    tp_rank: int
+    dp_rank: int
+    pp_rank: int
+    cp_rank: int
+
+
+@dataclass
+class DistGlobalInfo:
+    """The sizes of a parallel layout (tensor, data, pipeline, context parallel)."""
+
+    tp_size: int
+    dp_size: int
+    pp_size: int
+    cp_size: int
 
 
 class WorkerHelper:
@@ -262,9 +285,19 @@ class Worker(WorkerHelper):
         return {"dispatch_dp_rank": dict(self._mesh_dispatch_dp_rank), "collect_dp_rank": dict(self._mesh_collect_dp_rank)}
 
     def set_dispatch_collect(self, mesh_name: str, dispatch_dp_rank: dict[str, int], collect_dp_rank: dict[str, bool]) -> None:
-        """Copy another worker's registration for ``mesh_name`` (colocated roles share one process)."""
+        """Register another worker's mesh registration (its :meth:`get_dispatch_collect`) on this worker
+        under ``mesh_name``: colocated roles share one process, each role had its own mesh. As in verl, the
+        other worker's last registered mesh is the one taken.
+
+        Raises:
+            AssertionError: ``mesh_name`` is already registered here, or the other worker registered nothing.
+        """
+        assert mesh_name not in self._mesh_dispatch_dp_rank and mesh_name not in self._mesh_collect_dp_rank, (
+            f"{mesh_name} is already registered, {list(self._mesh_dispatch_dp_rank)}"
+        )
+        assert dispatch_dp_rank and collect_dp_rank, f"no mesh registration to set for {mesh_name}"
         self._register_dispatch_collect_info(
-            mesh_name, dispatch_dp_rank[mesh_name], collect_dp_rank[mesh_name]
+            mesh_name, list(dispatch_dp_rank.values())[-1], list(collect_dp_rank.values())[-1]
         )
 
     # -- generic execution ----------------------------------------------------------------------

@@ -50,6 +50,8 @@ __all__ = [
     "split_resource_pool",
     "merge_resource_pool",
     "BundlePlacement",
+    "extract_pg_from_exist",
+    "sort_placement_group_by_node_ip",
 ]
 
 log = get_logger("pool")
@@ -331,18 +333,10 @@ class ResourcePool:
 
     def _rank_order(self, ray: Any, pgs: list[Any]) -> list[Any]:
         # Sort equal-sized placement groups by node IP so a rank lands on the same node across job
-        # restarts (node-local checkpoints rely on it). Python's sort is stable, so ties keep name order.
+        # restarts (node-local checkpoints rely on it).
         if len(set(self._store)) != 1:
             return pgs
-        from ray.util import placement_group_table
-
-        node_ip = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-
-        def key(pg: Any) -> str:
-            node = placement_group_table(pg)["bundles_to_node_id"].get(0)
-            return str(node_ip.get(node, ""))
-
-        return sorted(pgs, key=key)
+        return sort_placement_group_by_node_ip(pgs)
 
     def _record_original_nodes(self) -> None:
         self._original_nodes = {b.bundle: b.node_id for b in self.current_bundle_nodes()}
@@ -488,6 +482,42 @@ class SubResourcePool(ResourcePool):
 
 # The class split_resource_pool builds for a pool of this type (the verl adapter overrides it).
 ResourcePool.sub_pool_class = SubResourcePool  # type: ignore[attr-defined]
+
+
+def sort_placement_group_by_node_ip(pgs: list[Any]) -> list[Any]:
+    """``pgs`` (each on one node) ordered by the IP of the node their first bundle is on, so ranks map to
+    nodes the same way across job restarts. The sort is stable: ties keep their order."""
+    import ray
+    from ray.util import placement_group_table
+
+    node_ip = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+    def key(pg: Any) -> str:
+        node = placement_group_table(pg)["bundles_to_node_id"].get(0)
+        return str(node_ip.get(node, ""))
+
+    return sorted(pgs, key=key)
+
+
+def extract_pg_from_exist(resource_pools: dict[str, ResourcePool], src_role_names: list[str], resource_pool: ResourcePool) -> list[Any]:
+    """Placement groups of the pools of ``src_role_names`` reused for ``resource_pool``: its entries
+    (``store``), largest first, each take the largest remaining group; returned in ``store`` order.
+
+    Raises:
+        AssertionError: fewer groups than entries, or a group smaller than its entry (verl's contract).
+    """
+    source = sorted(
+        (pg for role, pool in resource_pools.items() if role in src_role_names for pg in pool.get_placement_groups()),
+        key=lambda pg: pg.bundle_count,
+        reverse=True,
+    )
+    wanted = sorted(((count, index) for index, count in enumerate(resource_pool.store)), reverse=True)
+    assert len(wanted) <= len(source), f"no enough nodes for request: {len(wanted)} entries, {len(source)} groups"
+    picked: list[tuple[int, Any]] = []
+    for (count, index), pg in zip(wanted, source, strict=False):
+        assert count <= pg.bundle_count, f"requesting {count} processes, bundle count cannot satisfy"
+        picked.append((index, pg))
+    return [pg for _, pg in sorted(picked, key=lambda item: item[0])]
 
 
 def split_resource_pool(resource_pool: ResourcePool, split_size: int | list[int]) -> list[SubResourcePool]:

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import random
+import string
 from typing import Any
 
+import ray
+
 from supervisor.core.actor_class import ClassWithInitArgs
+from supervisor.core.binding import func_generator as func_generator
 from supervisor.core.colocate import create_colocated_worker_cls as create_colocated_worker_cls
+from supervisor.core.colocate import create_colocated_worker_cls_fused as create_colocated_worker_cls_fused
+from supervisor.core.colocate import create_colocated_worker_raw_cls as create_colocated_worker_raw_cls
 from supervisor.core.group import DEFAULT_NAMESPACE, WorkerGroup
+from supervisor.core.rendezvous import master_addr_port
 from supervisor.core.worker import Worker as Worker
 from supervisor.placement.pool import ResourcePool as _LibraryResourcePool
 from supervisor.placement.pool import SubResourcePool
+from supervisor.placement.pool import extract_pg_from_exist as extract_pg_from_exist
 from supervisor.placement.pool import merge_resource_pool as merge_resource_pool
+from supervisor.placement.pool import sort_placement_group_by_node_ip as sort_placement_group_by_node_ip
 from supervisor.placement.pool import split_resource_pool as split_resource_pool
+from supervisor.placement.pool_manager import ResourcePoolManager as _ResourcePoolManager
 
 from ..base.worker_group import ResourcePool
 
@@ -21,10 +32,26 @@ __all__ = [
     "RayResourcePool",
     "SubRayResourcePool",
     "RayWorkerGroup",
+    "ResourcePoolManager",
     "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "create_colocated_worker_raw_cls",
     "split_resource_pool",
     "merge_resource_pool",
+    "extract_pg_from_exist",
+    "func_generator",
+    "get_master_addr_port",
+    "get_random_string",
+    "sort_placement_group_by_node_ip",
 ]
+
+# verl's remote function: ``ray.get(get_master_addr_port.remote())`` is the node's (address, free port).
+get_master_addr_port = ray.remote(master_addr_port)
+
+
+def get_random_string(length: int) -> str:
+    """``length`` random letters and digits (verl names things with it)."""
+    return "".join(random.choices(string.ascii_letters + string.digits, k=length))
 
 RayClassWithInitArgs = ClassWithInitArgs
 
@@ -122,4 +149,17 @@ class RayWorkerGroup(WorkerGroup):
             worker_names=worker_names,
             worker_handles=worker_handles,
             **kwargs,
+        )
+
+
+class ResourcePoolManager(_ResourcePoolManager):
+    """verl's ``ResourcePoolManager(resource_pool_spec, mapping, max_colocate_count=3)``: its pools are
+    :class:`RayResourcePool` s."""
+
+    def _new_pool(self, name: str, process_on_nodes: list[int]) -> RayResourcePool:
+        return RayResourcePool(
+            process_on_nodes=process_on_nodes,
+            use_gpu=True,
+            max_colocate_count=self.max_colocate_count,
+            name_prefix=name,
         )
