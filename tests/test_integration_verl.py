@@ -68,10 +68,12 @@ def _teardown(group, pool):
 
 def _wait_recovered(group, restarts_of, timeout_s=RECOVERY_TIMEOUT_S):
     """Wait until each rank in ``restarts_of`` has at least that many restarts and every rank runs."""
+    from supervisor.supervision.states import WorkerState
+
     deadline = time.monotonic() + timeout_s
     while True:
         ranks = group.supervisor.ranks()
-        if all(ranks[r].restarts >= n for r, n in restarts_of.items()) and all(s.state.value == "running" for s in ranks):
+        if all(ranks[r].restarts >= n for r, n in restarts_of.items()) and all(s.state is WorkerState.RUNNING for s in ranks):
             return ranks
         if time.monotonic() > deadline:
             raise AssertionError(f"not recovered after {timeout_s:.0f}s: {ranks}")
@@ -142,6 +144,18 @@ def test_odd_batches_are_padded_through_our_dispatch(seed):
     out = seed.compute(padded)
     assert len(padded) == 7  # the caller's DataProto is not padded behind its back
     _check_every_row_once(out, 7)
+
+
+def test_non_blocking_calls_give_verls_future_which_feeds_the_next_call(seed):
+    from verl.protocol import DataProto, DataProtoFuture
+
+    future = seed.compute_later(_batch(8))
+    assert isinstance(future, DataProtoFuture)
+    again = seed.compute(future)  # each rank resolves its own chunk of the future (verl's register does)
+    assert isinstance(again, DataProto)
+    order = again.batch["idx"].argsort()
+    assert again.batch["x"][order].tolist() == [(i + 1) * 4.0 for i in range(8)]
+    _check_every_row_once(future.get(), 8)
 
 
 def test_rank_killed_between_calls_is_replaced_into_its_bundle_with_verl_env(seed):
@@ -397,6 +411,25 @@ def test_patch_install_before_verl_is_imported(ray_cluster):
         ray_cluster,
     )
     assert "patched SupervisedRayResourcePool" in out
+
+
+def test_the_seed_job_runs_unmodified_on_supervised_groups_after_install(ray_cluster):
+    out = _run_python(
+        """
+        import runpy, sys
+        from supervisor.integrations.verl import patch
+        patch.install()  # what supervisor run's sitecustomize does
+        sys.argv = ["seed_job.py", "--steps", "3", "--nodes", "2", "--per-node", "1", "--name", "seedjob"]
+        try:
+            runpy.run_path("examples/verl/seed_job.py", run_name="__main__")
+        except SystemExit as exit:
+            assert exit.code == 0, exit.code
+        """,
+        ray_cluster,
+    )
+    assert "supervisor.integrations.verl.group.SupervisedRayWorkerGroup, world_size=2" in out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == ["step 1", "step 2", "step 3"]
+    assert "complete=False" not in out and out.rstrip().endswith("done")
 
 
 def test_patch_install_after_verl_is_imported_replaces_earlier_re_exports(ray_cluster):
