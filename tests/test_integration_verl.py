@@ -264,7 +264,8 @@ def test_verl_modes_are_read_as_ours_unless_verl_serves_them_with_other_function
     spec = read_verl_method_spec(vd.register(dispatch_mode=vd.Dispatch.DP_COMPUTE_PROTO, execute_mode=vd.Execute.RANK_ZERO)(method))
     assert spec.dispatch_mode is Dispatch.DP_COMPUTE_PROTO and spec.execute_mode is Execute.RANK_ZERO  # our dispatch
     seen = []
-    mode = vd.register_dispatch_mode("SUPERVISOR_TEST_LATE", lambda wg, *a, **k: (seen.append(a) or (a, k)), lambda wg, o: o)
+    vd.register_dispatch_mode("SUPERVISOR_TEST_LATE", lambda wg, *a, **k: (seen.append(a) or (a, k)), lambda wg, o: o)
+    mode = vd.Dispatch["SUPERVISOR_TEST_LATE"]  # verl's register_dispatch_mode returns nothing
     try:
         late = read_verl_method_spec(vd.register(dispatch_mode=mode)(method))
         assert isinstance(late.dispatch_mode, dict)  # verl's registered functions, run by our binding
