@@ -240,6 +240,25 @@ def test_torch_distributed_ranks_default_to_one_for_all_and_rebuild_together(ray
         _teardown(group, pool)
 
 
+def test_ranks_that_form_a_process_group_in_init_model_switch_to_one_for_all(ray_cluster):
+    from supervisor.supervision.restart_policy import RestartStrategy
+
+    group, pool = _seed_group("latewg", [2], worker="LateDistSeedWorker")
+    try:
+        assert group.restart_strategy is RestartStrategy.ONE_FOR_ONE  # nothing joined a group yet
+        group.init_model()
+        assert group.restart_strategy is RestartStrategy.ONE_FOR_ALL  # seen again after the init
+        before = {i["rank"]: i for i in group.model_info()}
+        os.kill(before[1]["pid"], signal.SIGKILL)
+        _wait_recovered(group, {1: 1})
+        after = {i["rank"]: i for i in group.model_info()}
+        assert all(after[r]["pid"] != before[r]["pid"] for r in (0, 1))
+        assert [after[r]["inits"] for r in (0, 1)] == [1, 1]  # the armed init_model formed the new group
+        assert group.all_reduce_rank() == [3.0, 3.0]
+    finally:
+        _teardown(group, pool)
+
+
 def test_strategy_keyword_overrides_the_runtime_default(ray_cluster):
     from supervisor.supervision.restart_policy import RestartStrategy
 

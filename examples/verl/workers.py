@@ -7,7 +7,8 @@ the way verl's trainer drives its roles, and the verl-environment tests use them
 
 * :class:`SeedWorker`: independent replicas (no collective group).
 * :class:`DistSeedWorker`: ranks that form a torch.distributed group in their constructor, as verl's
-  FSDP and Megatron workers do (gloo on CPU here).
+  FSDP workers do (gloo on CPU here);
+* :class:`LateDistSeedWorker`: ranks that form it in ``init_model``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, Execute, register
 
-__all__ = ["SeedWorker", "DistSeedWorker", "VERL_ENV_KEYS"]
+__all__ = ["SeedWorker", "DistSeedWorker", "LateDistSeedWorker", "VERL_ENV_KEYS"]
 
 # What verl's RayWorkerGroup puts into every rank's environment (verl 0.9.1, ray/base.py _create_worker).
 VERL_ENV_KEYS = ("WORLD_SIZE", "RANK", "WG_PREFIX", "WG_BACKEND", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -114,6 +115,28 @@ class DistSeedWorker(SeedWorker):
         t = torch.tensor([float(self.rank + 1)])
         dist.all_reduce(t)
         return float(t.item())
+
+
+class LateDistSeedWorker(SeedWorker):
+    """A rank that joins its torch.distributed (gloo) group in ``init_model``, not in its constructor
+    (as verl's Megatron workers set up their parallel state at init)."""
+
+    def __init__(self, scale: float = 2.0, timeout_s: float = 60.0) -> None:
+        super().__init__(scale)
+        self.timeout_s = timeout_s
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> int:
+        import datetime
+
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout_s))
+        self.inits += 1
+        return self.rank
+
+    all_reduce_rank = DistSeedWorker.all_reduce_rank
 
 
 def _dist_initialized() -> bool:

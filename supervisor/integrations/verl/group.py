@@ -107,14 +107,18 @@ class VerlRanks(WorkerGroup):
         seen = self._env_generation.get(rank, 0)
         self._kill_rank(rank)
         started = time.monotonic()
+        reported = started
         with self._rdv_cond:
             # Rank 0's replacement (running side by side in a one_for_all rebuild) picks the new one.
-            fresh = self._rdv_cond.wait_for(
-                lambda: self._rdv_generation > seen or 0 not in self._rebuilding(), timeout=self.rendezvous_wait_s
-            )
-        waited = time.monotonic() - started
-        if waited > 1.0 or not fresh:
-            log.info("replacement_waited_for_rendezvous", group=self.name, rank=rank, waited_s=round(waited, 2), fresh=fresh)
+            while self._rdv_generation <= seen and 0 in self._rebuilding():
+                now = time.monotonic()
+                if now - started >= self.rendezvous_wait_s:
+                    log.warning("replacement_rendezvous_not_picked", group=self.name, rank=rank, waited_s=round(now - started, 1))
+                    break
+                if now - reported >= 5.0:
+                    reported = now
+                    log.info("replacement_waiting_for_rendezvous", group=self.name, rank=rank, waited_s=round(now - started, 1))
+                self._rdv_cond.wait(0.25)
         return super().replace_worker(rank, name_release_timeout_s, bundle)
 
     def _rebuilding(self) -> set[int]:
