@@ -69,6 +69,7 @@ __all__ = [
     "DriverSpec",
     "RunSection",
     "RUN_GROUP_KEYS",
+    "supervisor_name_problem",
     "load_spec",
     "parse_spec",
     "import_object",
@@ -542,9 +543,8 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
     if "name" not in raw["supervisor"]:
         if not run:  # a run without a name gets one made up
             problems.append("supervisor.name: required (it names the pools, actors and state record)")
-    elif not _SUPERVISOR_NAME.fullmatch(sup.name):
-        # No dot: "<name>." prefixes the supervisor's placement groups, and must not match another's.
-        problems.append(f"supervisor.name: {sup.name!r} must be 1 to 64 letters, digits, '_' or '-'")
+    elif supervisor_name_problem(sup.name):
+        problems.append(f"supervisor.name: {supervisor_name_problem(sup.name)}")
     positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
     positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
     positive("supervisor.detached_grace_s", sup.detached_grace_s)
@@ -636,6 +636,14 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
         elif not _is_import_path(spec.driver.function):
             problems.append(f"driver.function: expected 'module:function', got {spec.driver.function!r}")
     return problems
+
+
+def supervisor_name_problem(name: str) -> str | None:
+    """What is wrong with a supervisor name (None: nothing)."""
+    if _SUPERVISOR_NAME.fullmatch(name):
+        return None
+    # No dot: "<name>." prefixes the supervisor's placement groups, and must not match another's.
+    return f"{name!r} must be 1 to 64 letters, digits, '_' or '-'"
 
 
 def _check_env(env: dict[str, str]) -> None:
