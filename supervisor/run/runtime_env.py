@@ -21,7 +21,7 @@ def propagate(runtime_env: dict[str, Any] | None) -> dict[str, Any] | None:
     that the hook directory is put first on a PYTHONPATH the program sets)."""
     following = os.environ.get(NEXT_RUNTIME_ENV_HOOK_ENV)
     if following:
-        from ray._private.utils import load_class
+        from ray._common.utils import load_class  # what Ray loads RAY_RUNTIME_ENV_HOOK with
 
         runtime_env = load_class(following)(runtime_env)
     descriptor = os.environ.get(RUN_ENV)
