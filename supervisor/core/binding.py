@@ -22,8 +22,15 @@ from .modes import Dispatch, Execute
 __all__ = ["BoundGroupMethod", "registered_methods", "bind_registered_methods"]
 
 
-def registered_methods(user_cls: type) -> dict[str, MethodSpec]:
-    """``{name: spec}`` of every method of ``user_cls`` decorated with ``@register`` (inherited ones too)."""
+SpecReader = Callable[[Any], MethodSpec | None]
+
+
+def registered_methods(user_cls: type, read_spec: SpecReader = get_method_spec) -> dict[str, MethodSpec]:
+    """``{name: spec}`` of every method of ``user_cls`` decorated with ``@register`` (inherited ones too).
+
+    Args:
+        read_spec: reads a method's registration (default: ours; verl's integration reads verl's).
+    """
     out: dict[str, MethodSpec] = {}
     for name in dir(user_cls):
         try:
@@ -32,21 +39,22 @@ def registered_methods(user_cls: type) -> dict[str, MethodSpec]:
             continue
         if not callable(attr):
             continue
-        spec = get_method_spec(attr)
+        spec = read_spec(attr)
         if spec is not None:
             out[name] = spec
     return out
 
 
 def _strip_padding(output: Any, pad_size: int) -> Any:
-    from .protocol import DataProto, DataProtoFuture, unpad_dataproto
+    from .protocol_family import family_of
 
-    if isinstance(output, DataProto):
-        return unpad_dataproto(output, pad_size)
-    if isinstance(output, DataProtoFuture) and output.dispatch_fn is None:
+    family = family_of(output)
+    if family is not None and isinstance(output, family.data_proto):
+        return family.unpad(output, pad_size)
+    if family is not None and output.dispatch_fn is None:  # a future: unpad once it is resolved
         from functools import partial
 
-        output.dispatch_fn = partial(unpad_dataproto, pad_size=pad_size)
+        output.dispatch_fn = partial(family.unpad, pad_size=pad_size)
         return output
     # Per-rank lists (DP_COMPUTE_METRIC) hold one entry per rank, not per row: nothing to strip.
     return output
@@ -134,14 +142,14 @@ def _dispatch_failure(exc: BaseException) -> DispatchFailure:
     return DispatchFailure.RAISED
 
 
-def bind_registered_methods(group: Any, user_cls: type) -> list[str]:
+def bind_registered_methods(group: Any, user_cls: type, read_spec: SpecReader = get_method_spec) -> list[str]:
     """Set a :class:`BoundGroupMethod` on ``group`` for every registered method of ``user_cls``.
 
     Returns:
         The names that were bound.
     """
     names: list[str] = []
-    for name, spec in registered_methods(user_cls).items():
+    for name, spec in registered_methods(user_cls, read_spec).items():
         setattr(group, name, BoundGroupMethod(group, name, spec))
         names.append(name)
     return names

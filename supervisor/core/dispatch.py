@@ -114,18 +114,19 @@ def collect_dp_compute(worker_group: Any, output: Any) -> list[Any]:
 def _split_data_proto_args(
     mode: str, chunks: int, args: tuple[Any, ...], kwargs: dict[str, Any], auto_padding: bool
 ) -> tuple[tuple[list[Any], ...], dict[str, Any]]:
-    from .protocol import DataProto, DataProtoFuture, pad_dataproto_to_divisor
+    from .protocol_family import family_of
 
     named = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"keyword {k!r}", v) for k, v in kwargs.items()]
     padded_len: int | None = None
     pad_size: int | None = None
     split: list[list[Any]] = []
     for where, value in named:
-        if isinstance(value, DataProtoFuture):
+        family = family_of(value)
+        if family is None:
+            raise DispatchError(f"{mode} splits DataProto arguments; {where} is a {type(value).__name__}")
+        if isinstance(value, family.future):
             split.append(value.chunk(chunks))
             continue
-        if not isinstance(value, DataProto):
-            raise DispatchError(f"{mode} splits DataProto arguments; {where} is a {type(value).__name__}")
         if auto_padding and value.is_padding_enabled():
             if padded_len is None:
                 padded_len = len(value)
@@ -135,7 +136,7 @@ def _split_data_proto_args(
                     f"{where} has {len(value)} rows, an earlier one {padded_len}"
                 )
             # pad a copy: the caller's DataProto must not grow behind its back
-            value, pad_size = pad_dataproto_to_divisor(value, chunks)
+            value, pad_size = family.pad_to_divisor(value, chunks)
         elif len(value) % chunks != 0:
             raise DispatchError(
                 f"{mode} cannot split {where} of {len(value)} rows evenly across {chunks} ranks; enable padding "
@@ -167,15 +168,20 @@ def dispatch_dp_compute_data_proto_with_func(
 
 def collect_dp_compute_data_proto(worker_group: Any, output: Any) -> Any:
     """Concatenate per-rank DataProtos; per-rank ObjectRefs (non-blocking calls) become a DataProtoFuture."""
+    output = collect_dp_compute(worker_group, output)
+    return _concat_data_protos(worker_group, output)
+
+
+def _concat_data_protos(worker_group: Any, output: list[Any]) -> Any:
     import ray
 
-    from .protocol import DataProto, DataProtoFuture
+    from .protocol_family import family_of, group_family
 
-    output = collect_dp_compute(worker_group, output)
-    if all(isinstance(o, ray.ObjectRef) for o in output):
-        return DataProtoFuture.concat(output)
-    if all(isinstance(o, DataProto) for o in output):
-        return DataProto.concat(output)
+    if output and all(isinstance(o, ray.ObjectRef) for o in output):
+        return group_family(worker_group).future.concat(output)
+    family = family_of(output[0]) if output else None
+    if family is not None and all(isinstance(o, family.data_proto) for o in output):
+        return family.data_proto.concat(output)
     kinds = sorted({type(o).__name__ for o in output})
     raise DispatchError(f"DataProto-collecting mode expects every rank to return a DataProto, got {kinds}")
 
@@ -219,14 +225,7 @@ def dispatch_nd_compute_dataproto(
 
 
 def collect_nd_compute_dataproto(collect_mask: list[bool], worker_group: Any, output: Any) -> Any:
-    import ray
-
-    from .protocol import DataProto, DataProtoFuture
-
-    kept = collect_nd_compute(collect_mask, worker_group, output)
-    if all(isinstance(o, ray.ObjectRef) for o in kept):
-        return DataProtoFuture.concat(kept)
-    return DataProto.concat(kept)
+    return _concat_data_protos(worker_group, collect_nd_compute(collect_mask, worker_group, output))
 
 
 def _mesh_dispatch(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..errors import WorkerEnvError
 
-__all__ = ["STANDBY_ENV_KEY", "standby_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
+__all__ = ["STANDBY_ENV_KEY", "standby_env_vars", "VERL_ENV_KEYS", "verl_worker_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
 
 # Set (to "1") in a standby's environment instead of RANK/LOCAL_RANK/LOCAL_WORLD_SIZE.
 STANDBY_ENV_KEY = "SUPERVISOR_STANDBY"
@@ -109,6 +109,26 @@ def worker_env_vars(
             "WG_BACKEND": "ray",
         }
     )
+    return env
+
+
+# What verl's own RayWorkerGroup gives every rank (verl 0.9.1): no LOCAL_RANK or LOCAL_WORLD_SIZE.
+VERL_ENV_KEYS: tuple[str, ...] = ("WORLD_SIZE", "RANK", "WG_PREFIX", "WG_BACKEND", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def verl_worker_env_vars(
+    identity: WorkerIdentity, rendezvous: Rendezvous, user_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of one rank of a group of verl's own Worker classes: exactly verl's variables.
+
+    verl's Worker reads LOCAL_RANK with a default of 0 and its FSDP workers select
+    ``cuda:LOCAL_RANK`` inside the one device Ray made visible to the actor, so a LOCAL_RANK of 1
+    (our layout's second bundle on a node) would name a device the process cannot see.
+    """
+    env = worker_env_vars(identity, rendezvous, user_env)
+    for key in ("LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        if user_env is None or key not in user_env:
+            del env[key]
     return env
 
 

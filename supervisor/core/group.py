@@ -20,9 +20,10 @@ from ..placement.layout import BundleRef, BundleSlot, actor_name, validate_name_
 from ..placement.pool import PlacementStrategy, ResourcePool
 from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
+from .decorator import MethodSpec, get_method_spec
 from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars
 from .rendezvous import pick_rendezvous
-from .worker import SUPERVISION_CONCURRENCY_GROUPS, Worker, send_rendezvous
+from .worker import SUPERVISION_CONCURRENCY_GROUPS, SupervisedEndpoints, send_rendezvous
 
 __all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "GroupPlacement"]
 
@@ -83,6 +84,13 @@ class WorkerGroup:
         PlacementError: the pool's resources are not available.
     """
 
+    # How a registration is read off a worker method; a group for classes decorated by another
+    # library's ``register`` (verl's) reads that library's modes instead.
+    read_method_spec: Callable[[Any], MethodSpec | None] = staticmethod(get_method_spec)
+    # The environment of one rank (the contract of :mod:`supervisor.core.env`); verl's integration
+    # gives its ranks exactly verl's variables.
+    rank_env_vars: Callable[..., dict[str, str]] = staticmethod(worker_env_vars)
+
     def __init__(
         self,
         resource_pool: ResourcePool | None = None,
@@ -142,7 +150,7 @@ class WorkerGroup:
                 raise ConfigError("cls_with_init is required to create workers in a resource pool")
             self._create_workers(resource_pool, cls_with_init, bin_pack, adopt, placement)
         if cls_with_init is not None:
-            self.method_names = bind_registered_methods(self, cls_with_init.user_cls)
+            self.method_names = bind_registered_methods(self, cls_with_init.user_cls, type(self).read_method_spec)
 
     # -- construction ---------------------------------------------------------------------------
     def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None) -> None:
@@ -223,7 +231,7 @@ class WorkerGroup:
             local_world_size=slot.local_world_size,
             prefix=self.name_prefix,
         )
-        return worker_env_vars(identity, self._rendezvous, self.worker_env)
+        return type(self).rank_env_vars(identity, self._rendezvous, self.worker_env)
 
     def _create_actor(self, bundle: BundleRef, name: str, env: dict[str, str]) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -243,8 +251,8 @@ class WorkerGroup:
         )
         if pool.use_gpu:
             options.setdefault("num_gpus", 1 / pool.max_colocate_count)  # an even share unless the class says
-        # Worker subclasses carry the supervisor's sentinel and probe, which run in their own groups.
-        groups = SUPERVISION_CONCURRENCY_GROUPS if issubclass(cls_with_init.user_cls, Worker) else None
+        # Supervised classes carry the supervisor's sentinel and probe, which run in their own groups.
+        groups = SUPERVISION_CONCURRENCY_GROUPS if issubclass(cls_with_init.user_cls, SupervisedEndpoints) else None
         if self.detached:
             options["lifetime"] = "detached"
         try:

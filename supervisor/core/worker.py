@@ -21,6 +21,7 @@ from .modes import Dispatch, Execute
 
 __all__ = [
     "Worker",
+    "SupervisedEndpoints",
     "WorkerHelper",
     "find_free_port",
     "node_ip_address",
@@ -101,7 +102,47 @@ def _env_int(name: str, default: int | None = None) -> int:
         raise WorkerEnvError(f"{name}={raw!r} is not an integer") from None
 
 
-class Worker(WorkerHelper):
+class SupervisedEndpoints:
+    """What the supervisor calls on every supervised actor, apart from the user's methods.
+
+    :class:`Worker` has these; a class written against another Worker base (verl's own) gets them
+    mixed in by its integration, so its actors are detected, probed and told a new rendezvous the
+    same way. The class must keep its rank in ``_rank`` and its rendezvous in ``_master_addr`` and
+    ``_master_port`` (verl's Worker and ours both do).
+    """
+
+    _rank: int | None
+
+    def node_info(self) -> dict[str, Any]:
+        """Where this worker runs: Ray node id, node IP and process id (for placement and drift checks)."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "node_ip": node_ip_address(), "pid": os.getpid(), "rank": self._rank}
+
+    def _supervisor_sentinel(self, hold_s: float) -> int:
+        """Stay outstanding for ``hold_s`` seconds, then return this process id (the supervisor re-arms it)."""
+        time.sleep(hold_s)
+        return os.getpid()
+
+    def _supervisor_probe(self) -> dict[str, Any]:
+        """Health probe: answers from its own thread, so only a stuck process fails it."""
+        return self.node_info()
+
+    def _supervisor_collective(self) -> bool:
+        """Whether this process has joined a torch.distributed process group (never imports torch)."""
+        import sys
+
+        dist = sys.modules.get("torch.distributed")
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+    def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
+        """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
+        self._master_addr, self._master_port = str(master_addr), str(master_port)
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = self._master_addr, self._master_port
+
+
+class Worker(SupervisedEndpoints, WorkerHelper):
     """Base class of the user's worker classes.
 
     Subclasses add methods decorated with :func:`~supervisor.core.decorator.register`; the group binds them.
@@ -191,30 +232,13 @@ class Worker(WorkerHelper):
     def get_master_addr_port(self) -> tuple[str, str]:
         return self._master_addr, self._master_port
 
-    def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
-        """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
-        self._master_addr, self._master_port = str(master_addr), str(master_port)
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = self._master_addr, self._master_port
-
     def get_cuda_visible_devices(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "not set")
 
     def get_fused_worker_by_name(self, worker_name: str) -> Any:
         return self.fused_worker_dict.get(worker_name)
 
-    def node_info(self) -> dict[str, Any]:
-        """Where this worker runs: Ray node id, node IP and process id (for placement and drift checks)."""
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "node_ip": node_ip_address(), "pid": os.getpid(), "rank": self._rank}
-
     # -- supervision ----------------------------------------------------------------------------
-    def _supervisor_sentinel(self, hold_s: float) -> int:
-        """Stay outstanding for ``hold_s`` seconds, then return this process id (the supervisor re-arms it)."""
-        time.sleep(hold_s)
-        return os.getpid()
-
     def _supervisor_take_over(self, env: dict[str, str]) -> dict[str, Any]:
         """Become a rank: a standby adopts the failed rank's environment (rank, rendezvous, user env)."""
         if not self.is_standby:
@@ -225,10 +249,6 @@ class Worker(WorkerHelper):
         for role in getattr(self, "worker_dict", {}).values():  # colocated roles share this process's identity
             if isinstance(role, Worker):
                 role._read_identity()
-        return self.node_info()
-
-    def _supervisor_probe(self) -> dict[str, Any]:
-        """Health probe: answers from its own thread, so only a stuck process fails it."""
         return self.node_info()
 
     # -- mesh dispatch --------------------------------------------------------------------------

@@ -67,6 +67,7 @@ def create_group(
     actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S,
     autoscaling: bool = False,
     hooks: LifecycleHooks | None = None,
+    group_factory: Callable[..., WorkerGroup] = WorkerGroup,
 ) -> WorkerGroup:
     """Reserve the pool and place one started actor per rank; run no user initialisation.
 
@@ -79,6 +80,8 @@ def create_group(
         actor_start_timeout_s: how long each actor may take to start once its bundle is ready.
         autoscaling: the cluster may grow, so no demand is judged infeasible.
         hooks: lifecycle hooks (default: metrics and structured logs).
+        group_factory: builds the group (called as :class:`WorkerGroup` is); an integration passes
+            its WorkerGroup subclass (verl's env contract and registrations).
 
     Returns:
         The group, with every rank's node recorded in ``group.rank_nodes``.
@@ -97,7 +100,7 @@ def create_group(
     )
     group: WorkerGroup | None = None
     try:
-        group = WorkerGroup(
+        group = group_factory(
             resource_pool, cls_with_init, name_prefix=name_prefix, detached=detached, worker_env=worker_env, namespace=namespace
         )
         group.rank_nodes = _wait_started(group, actor_start_timeout_s)

@@ -1,0 +1,1 @@
+"""Examples written only against the installed verl (run them in an environment with verl)."""

@@ -1,0 +1,117 @@
+"""Seed workers written only against the installed verl's API (no supervisor import).
+
+They are what a verl user's own worker module looks like: a ``verl.single_controller.base.Worker``
+subclass with methods registered by verl's ``register(Dispatch...)``, taking verl's ``DataProto``.
+The supervisor's verl integration must run them unchanged; ``examples/verl/seed_job.py`` drives them
+the way verl's trainer drives its roles, and the verl-environment tests use them against a real cluster.
+
+* :class:`SeedWorker`: independent replicas (no collective group).
+* :class:`DistSeedWorker`: ranks that form a torch.distributed group in their constructor, as verl's
+  FSDP and Megatron workers do (gloo on CPU here).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import ray
+import torch
+from verl import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, Execute, register
+
+__all__ = ["SeedWorker", "DistSeedWorker", "VERL_ENV_KEYS"]
+
+# What verl's RayWorkerGroup puts into every rank's environment (verl 0.9.1, ray/base.py _create_worker).
+VERL_ENV_KEYS = ("WORLD_SIZE", "RANK", "WG_PREFIX", "WG_BACKEND", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class SeedWorker(Worker):
+    """A replica that doubles a tensor column; it keeps no state a peer depends on.
+
+    Args:
+        scale: the factor :meth:`compute` multiplies by (2: "doubles").
+    """
+
+    def __init__(self, scale: float = 2.0) -> None:
+        super().__init__()
+        self.scale = scale
+        self.inits = 0
+        self.calls = 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> int:
+        """The role's one-time setup (verl's trainer calls ``init_model`` on every group); returns this rank."""
+        self.inits += 1
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def model_info(self) -> dict[str, Any]:
+        """Who and where this rank is: pid, rank, the verl environment it started with, its node."""
+        return {
+            "pid": os.getpid(),
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "env": {k: os.environ.get(k) for k in VERL_ENV_KEYS},
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "inits": self.inits,
+            "calls": self.calls,
+            "dist_initialized": _dist_initialized(),
+        }
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute(self, data: DataProto) -> DataProto:
+        """Multiply ``data.batch["x"]`` by ``scale``; keep ``idx`` and tag each row with this rank.
+
+        ``data.meta_info["sleep_s"]`` makes the call wait first (so a test can kill a rank mid-call);
+        ``data.meta_info["sleep_rank"]``, when given, limits the wait to that rank.
+        """
+        self.calls += 1
+        sleep_s = float(data.meta_info.get("sleep_s", 0.0))
+        sleep_rank = data.meta_info.get("sleep_rank")
+        if sleep_s and (sleep_rank is None or int(sleep_rank) == self.rank):
+            time.sleep(sleep_s)
+        out = {"x": data.batch["x"] * self.scale, "idx": data.batch["idx"].clone()}
+        out["rank"] = torch.full_like(data.batch["idx"], self.rank)
+        return DataProto.from_dict(tensors=out)
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def echo(self, value: Any) -> Any:
+        """Return ``value`` (each rank gets its own entry when given one per rank)."""
+        return value
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def rank_zero_pid(self) -> int:
+        """Rank 0's process id (a RANK_ZERO execute mode)."""
+        return os.getpid()
+
+
+class DistSeedWorker(SeedWorker):
+    """A rank of a torch.distributed (gloo) group formed in the constructor, like verl's FSDP workers:
+    a lone replacement cannot rejoin its peers' process group, so the whole group must be rebuilt."""
+
+    def __init__(self, scale: float = 2.0, timeout_s: float = 60.0) -> None:
+        super().__init__(scale)
+        import datetime
+
+        import torch.distributed as dist
+
+        # env:// reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE, which the group set.
+        dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def all_reduce_rank(self) -> float:
+        """Sum of every rank's (rank + 1) over the process group: proves the collective group works."""
+        import torch.distributed as dist
+
+        t = torch.tensor([float(self.rank + 1)])
+        dist.all_reduce(t)
+        return float(t.item())
+
+
+def _dist_initialized() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())

@@ -1,0 +1,452 @@
+"""``SupervisedRayWorkerGroup``: verl's ``RayWorkerGroup``, with our detection, replacement and record.
+
+A drop-in for the installed verl's ``verl.single_controller.ray.RayWorkerGroup`` (same constructor),
+so verl's trainer takes it as ``ray_worker_group_cls`` and the classes it is given (verl's
+``RayResourcePool``, ``RayClassWithInitArgs``, ``Worker`` subclasses decorated with verl's
+``register``) run unchanged. Underneath is our :class:`~supervisor.core.group.WorkerGroup`
+(:class:`VerlRanks`), created by :func:`~supervisor.supervision.lifecycle.create_group` and
+supervised by a :class:`~supervisor.supervision.supervisor.GroupSupervisor`; this object forwards
+everything else to it (bound methods, ``execute_all``, ``world_size``...).
+
+verl's contract on every rank, a replacement included: the same bundle, actor name, RANK,
+WORLD_SIZE, WG_PREFIX, WG_BACKEND, RAY_LOCAL_WORLD_SIZE and the group's MASTER_ADDR/MASTER_PORT
+(a fresh one when rank 0 is replaced, told to the others). verl 0.9.1 has no register-center actor
+any more (``ray_wait_register_center_timeout`` is accepted and unused, as in verl). The init the
+program ran (``init_model``, with its arguments) is re-run on replacements, but only once the program
+has run it: a rank lost before that gets no premature init.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import string
+import threading
+import time
+from functools import partial
+from typing import Any
+
+from ...core.actor_class import ClassWithInitArgs
+from ...core.binding import registered_methods
+from ...core.env import verl_worker_env_vars
+from ...core.group import DEFAULT_NAMESPACE, WorkerGroup
+from ...core.protocol_family import ProtocolFamily, register_protocol_family
+from ...core.worker import SupervisedEndpoints
+from ...errors import ConfigError, UnknownMethodError
+from ...observability.hooks import default_hooks
+from ...observability.log import get_logger
+from ...placement.layout import BundleRef
+from ...supervision.config import SupervisionConfig
+from ...supervision.lifecycle import create_group
+from ...supervision.restart_policy import RestartStrategy
+from ...supervision.supervised_call import InFlightPolicy
+from ...supervision.supervisor import GroupSupervisor
+from .host import HostedGroup, current_host
+from .modes import read_verl_method_spec
+from .pool import POOL_NAME_ATTR, library_pool_of
+from .strategy import choose_strategy
+
+__all__ = ["SupervisedRayWorkerGroup", "VerlRanks", "DEFAULT_INIT_METHOD"]
+
+log = get_logger("verl")
+
+# The method verl's trainer calls once on every role's group after creating it.
+DEFAULT_INIT_METHOD = "init_model"
+
+# verl options of the device and of profiling; they change nothing a supervised group does.
+_ACCEPTED_VERL_KWARGS = ("device_name", "profile_steps", "worker_nsight_options", "master_port_range")
+
+
+def _verl_family() -> ProtocolFamily:
+    import verl.protocol as vp
+
+    return ProtocolFamily("verl", vp.DataProto, vp.DataProtoFuture, vp.pad_dataproto_to_divisor, vp.unpad_dataproto)
+
+
+register_protocol_family("verl", _verl_family)
+
+
+class VerlRanks(WorkerGroup):
+    """The WorkerGroup under a :class:`SupervisedRayWorkerGroup`: verl's registrations, verl's
+    environment variables, verl's DataProtoFuture for non-blocking calls.
+
+    A group whose ranks join a process group in their constructor (``collective``) gives every
+    replacement of a one_for_all rebuild the rebuild's new rendezvous: a rank other than 0 waits
+    (bounded) for rank 0's replacement to pick it, since its constructor connects to it at once.
+    """
+
+    read_method_spec = staticmethod(read_verl_method_spec)
+    rank_env_vars = staticmethod(verl_worker_env_vars)
+    protocol_family = "verl"
+
+    collective = False
+    rendezvous_wait_s = 30.0
+
+    def _pick_new_rendezvous(self) -> Any:
+        rdv = super()._pick_new_rendezvous()
+        with self._rendezvous_cond:
+            self._rendezvous_picked_at = time.monotonic()
+            self._rendezvous_cond.notify_all()
+        return rdv
+
+    @property
+    def _rendezvous_cond(self) -> threading.Condition:
+        cond = self.__dict__.get("_rdv_cond")
+        if cond is None:
+            cond = self.__dict__.setdefault("_rdv_cond", threading.Condition())
+        return cond  # type: ignore[no-any-return]
+
+    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None) -> Any:
+        if not self.collective or rank == 0:
+            return super().replace_worker(rank, name_release_timeout_s, bundle)
+        killed_at = time.monotonic()
+        self._check_replaceable(rank)
+        self._kill_rank(rank)
+        started = time.monotonic()
+        with self._rendezvous_cond:
+            self._rendezvous_cond.wait_for(
+                lambda: self.__dict__.get("_rendezvous_picked_at", 0.0) > killed_at or 0 not in self._rebuilding(),
+                timeout=self.rendezvous_wait_s,
+            )
+        log.info("replacement_rendezvous", group=self.name, rank=rank, waited_s=round(time.monotonic() - started, 2))
+        return super().replace_worker(rank, name_release_timeout_s, bundle)
+
+    def _rebuilding(self) -> set[int]:
+        supervisor = self.supervisor
+        if supervisor is None:
+            return set()
+        return {r.rank for r in supervisor.ranks() if r.state.value != "running"}
+
+
+def _supervised_class(user_cls: type) -> type:
+    """``user_cls`` with the supervisor's endpoints (sentinel, probe, node info, rendezvous) mixed in,
+    under the user's class name (verl's actor names use it)."""
+    cached = _SUPERVISED.get(user_cls)
+    if cached is None:
+        # __module__ is ours and the qualname not found in it, so Ray pickles the class by value,
+        # the user's class by reference.
+        cached = type(
+            user_cls.__name__,
+            (user_cls, SupervisedEndpoints),
+            {"__module__": __name__, "__qualname__": f"supervised.{user_cls.__qualname__}", "__doc__": user_cls.__doc__},
+        )
+        _SUPERVISED[user_cls] = cached
+    return cached
+
+
+_SUPERVISED: dict[type, type] = {}
+
+
+class _SupervisedClassWithInitArgs(ClassWithInitArgs):
+    """verl's RayClassWithInitArgs as ours: the same class, arguments and actor options, the class
+    made with the supervisor's endpoints."""
+
+    @property
+    def user_cls(self) -> type:
+        return _supervised_class(super().user_cls)
+
+    @property
+    def original_cls(self) -> type:
+        return super().user_cls
+
+    @classmethod
+    def from_verl(cls, verl_cia: Any) -> _SupervisedClassWithInitArgs:
+        ours = cls(verl_cia.cls, *verl_cia.args, **verl_cia.kwargs)
+        ours.update_options(dict(getattr(verl_cia, "_options", {}) or {}))
+        ours.set_additional_resource(dict(getattr(verl_cia, "_additional_resource", {}) or {}))
+        ours.fused_worker_used = bool(getattr(verl_cia, "fused_worker_used", False))
+        return ours
+
+
+def _random_prefix() -> str:
+    return "".join(random.choice(string.ascii_letters + string.digits) for _ in range(6))  # verl's default
+
+
+class _ArmingInit:
+    """The group's init method: runs the program's call, then makes the supervisor re-run it (same
+    arguments) on replacements, and looks again whether the ranks formed a process group."""
+
+    def __init__(self, owner: SupervisedRayWorkerGroup, bound: Any) -> None:
+        self._owner = owner
+        self._bound = bound
+        self.__name__ = bound.__name__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._bound(*args, **kwargs)
+        self._owner._init_ran(self.__name__, args, kwargs)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bound, name)
+
+
+class SupervisedRayWorkerGroup:
+    """verl's ``RayWorkerGroup(resource_pool=None, ray_cls_with_init=None, bin_pack=True,
+    name_prefix=None, detached=False, worker_names=None, worker_handles=None,
+    ray_wait_register_center_timeout=300, **kwargs)``, supervised.
+
+    verl's kwargs ``master_addr``/``master_port``, ``use_gpu``, ``worker_env`` keep their meaning;
+    ``device_name``, ``profile_steps``, ``worker_nsight_options`` and ``master_port_range`` are
+    accepted and change nothing. Keywords for library use (a host's settings win over them):
+
+    Args:
+        restart_strategy: one_for_one or one_for_all (default: one_for_all when a started rank has
+            joined a torch.distributed process group, see :mod:`.strategy`).
+        supervision: the supervision settings (default: the host's, else the library's, with
+            in-flight calls retried: verl's ``register`` cannot mark methods idempotent).
+        init_method: the method re-run on replacements once the program has called it
+            (``init_model``; None: never).
+
+    Raises:
+        ConfigError: bad input (a split pool, an unknown init method, a dispatch mode verl does not
+            know); nothing is created.
+        InfeasibleResourcesError / ResourceWaitTimeout / ActorStartError: as ``create_group``;
+            nothing this call created survives.
+    """
+
+    def __init__(
+        self,
+        resource_pool: Any = None,
+        ray_cls_with_init: Any = None,
+        bin_pack: bool = True,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        ray_wait_register_center_timeout: int = 300,
+        *,
+        restart_strategy: RestartStrategy | str | None = None,
+        supervision: SupervisionConfig | None = None,
+        init_method: str | None = DEFAULT_INIT_METHOD,
+        **kwargs: Any,
+    ) -> None:
+        self.ray_cls_with_init = ray_cls_with_init
+        self.name_prefix = name_prefix if name_prefix is not None else _random_prefix()
+        self._ray_wait_register_center_timeout = ray_wait_register_center_timeout
+        self.device_name = kwargs.get("device_name", "cuda")
+        self.profile_steps = kwargs.get("profile_steps")
+        self.worker_nsight_options = kwargs.get("worker_nsight_options")
+        self.sub_cls_name = ""
+        self.wg_dict = None
+        self.fused_worker_used = bool(getattr(ray_cls_with_init, "fused_worker_used", False))
+        self.supervisor: GroupSupervisor | None = None
+        self._host = None
+        self._hosted = False
+        self._init_method: str | None = None
+        self._strategy_fixed = False
+        master_addr, master_port = kwargs.pop("master_addr", None), kwargs.pop("master_port", None)
+        use_gpu = kwargs.pop("use_gpu", resource_pool.use_gpu if resource_pool is not None else True)
+        worker_env = kwargs.pop("worker_env", None) or None
+        for key in _ACCEPTED_VERL_KWARGS:
+            kwargs.pop(key, None)
+        if kwargs:  # verl ignores what it does not know; so do we, but say so
+            log.warning("verl_kwargs_ignored", group=self.name_prefix, kwargs=sorted(kwargs))
+        if resource_pool is None:
+            self._group = self._attach(worker_names, worker_handles, ray_cls_with_init)
+            return
+        if ray_cls_with_init is None:
+            raise ConfigError("ray_cls_with_init is required to create workers in a resource pool")
+        if use_gpu and not resource_pool.use_gpu:
+            raise ConfigError("use_gpu is True but resource_pool.use_gpu is False")
+        cls_with_init = _SupervisedClassWithInitArgs.from_verl(ray_cls_with_init)
+        methods = registered_methods(cls_with_init.user_cls, read_verl_method_spec)  # bad modes fail here, before anything exists
+        if init_method is not None and init_method not in methods and init_method != DEFAULT_INIT_METHOD:
+            raise ConfigError(
+                f"init_method {init_method!r} is not a registered method of {cls_with_init.original_cls.__name__} "
+                f"(registered: {', '.join(sorted(m for m in methods if not m.startswith('_')))})"
+            )
+        self._group = self._create(
+            resource_pool, cls_with_init, bin_pack, detached, worker_env, master_addr, master_port,
+            _parse_strategy(restart_strategy), supervision, init_method if init_method in methods else None,
+        )  # fmt: skip
+
+    # -- construction ---------------------------------------------------------------------------
+    def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None, ray_cls_with_init: Any) -> WorkerGroup:
+        # Attached actors were created elsewhere, so nothing here can replace them: not supervised.
+        cls = _SupervisedClassWithInitArgs.from_verl(ray_cls_with_init) if ray_cls_with_init is not None else None
+        host = current_host()
+        namespace = _namespace(host)
+        log.info("verl_group_attached", group=self.name_prefix, supervised=False)
+        return VerlRanks(
+            cls_with_init=cls, name_prefix=self.name_prefix, worker_names=worker_names, worker_handles=worker_handles, namespace=namespace
+        )
+
+    def _create(
+        self,
+        verl_pool: Any,
+        cls_with_init: _SupervisedClassWithInitArgs,
+        bin_pack: bool,
+        detached: bool,
+        worker_env: dict[str, str] | None,
+        master_addr: str | None,
+        master_port: int | str | None,
+        keyword_strategy: RestartStrategy | None,
+        supervision: SupervisionConfig | None,
+        init_method: str | None,
+    ) -> WorkerGroup:
+        import ray
+
+        host = current_host()
+        self._host = host
+        settings = host.settings(self.name_prefix) if host is not None else None
+        hooks = host.hooks if host is not None else default_hooks()
+        pool = library_pool_of(verl_pool, "STRICT_PACK" if bin_pack else "PACK", host)
+        owned_pgs = pool.pgs is None
+        group = create_group(
+            pool,
+            cls_with_init,
+            name_prefix=self.name_prefix,
+            detached=detached or host is not None,  # a host's daemon owns them past this process
+            worker_env=worker_env,
+            namespace=_namespace(host),
+            hooks=hooks,
+            group_factory=partial(VerlRanks, master_addr=master_addr, master_port=master_port),
+        )
+        try:
+            config = settings.config if settings is not None else (supervision or SupervisionConfig())
+            self._init_method = config.init_method or init_method
+            host_strategy = config.restart.strategy if settings is not None and settings.strategy_set else None
+            self._strategy_fixed = host_strategy is not None or keyword_strategy is not None
+            collective = _collective(group)
+            strategy = choose_strategy(host_strategy, keyword_strategy, collective)
+            group.collective = collective  # type: ignore[attr-defined]
+            config = dataclasses.replace(
+                config,
+                restart=dataclasses.replace(config.restart, strategy=strategy),
+                init_method=None,  # armed once the program ran it (see _init_ran)
+                in_flight=config.in_flight or InFlightPolicy.RETRY,
+                standbys=0,  # verl's Worker reads RANK in its constructor: no rank-less standbys
+            )
+            self.supervisor = GroupSupervisor(group, config, hooks).start()
+            if self._init_method is not None:
+                setattr(group, self._init_method, _ArmingInit(self, getattr(group, self._init_method)))
+            log.info(
+                "verl_group_supervised", group=group.name, strategy=strategy.value, collective=collective,
+                hosted=host is not None, pool=pool.name_prefix, world_size=group.world_size,
+            )  # fmt: skip
+            if host is not None:
+                host.register(
+                    HostedGroup(
+                        name=self.name_prefix,
+                        pool=str(getattr(verl_pool, POOL_NAME_ATTR, pool.name_prefix)),
+                        worker_class=f"{cls_with_init.original_cls.__module__}:{cls_with_init.original_cls.__qualname__}",
+                        group=group,
+                        supervisor=self.supervisor,
+                    )
+                )
+                self._hosted = True
+        except BaseException:
+            if self.supervisor is not None:
+                self.supervisor.stop()
+            group.kill()
+            if owned_pgs and ray.is_initialized():
+                pool.teardown()
+            raise
+        return group
+
+    def _init_ran(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        supervisor = self.supervisor
+        if supervisor is None:
+            return
+        changes: dict[str, Any] = {}
+        if supervisor.config.init_method is None:
+            changes.update(init_method=method, init_args=tuple(args), init_kwargs=dict(kwargs))
+        group = self._group
+        if not self._strategy_fixed and supervisor.config.restart.strategy is RestartStrategy.ONE_FOR_ONE and _collective(group):
+            group.collective = True  # type: ignore[attr-defined]
+            changes["restart"] = dataclasses.replace(supervisor.config.restart, strategy=RestartStrategy.ONE_FOR_ALL)
+            log.info("verl_group_strategy", group=group.name, strategy="one_for_all", why="process group formed by init")
+        if changes:
+            # New recovery tasks and every later plan read the supervisor's config.
+            supervisor.config = dataclasses.replace(supervisor.config, **changes)
+            supervisor.hooks.on_supervision_changed(group.name)
+
+    # -- verl's surface -------------------------------------------------------------------------
+    @property
+    def group(self) -> WorkerGroup:
+        """Our WorkerGroup underneath."""
+        return self._group
+
+    @property
+    def restart_strategy(self) -> RestartStrategy | None:
+        return self.supervisor.config.restart.strategy if self.supervisor is not None else None
+
+    @property
+    def resource_pool(self) -> Any:
+        return self._group.resource_pool
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this object lacks: the group's bound methods and verl's API on it.
+        if name.startswith("__") or name == "_group" or "_group" not in self.__dict__:
+            raise AttributeError(name)
+        try:
+            return getattr(self._group, name)
+        except AttributeError:
+            cls = self._group.cls_with_init
+            owner = cls.original_cls.__name__ if isinstance(cls, _SupervisedClassWithInitArgs) else "the worker class"
+            raise UnknownMethodError(
+                f"{owner} has no registered method {name!r} (group {self.name_prefix}); registered: "
+                f"{', '.join(m for m in sorted(self._group.method_names) if not m.startswith('_'))}"
+            ) from None
+
+    def teardown(self) -> None:
+        """Stop supervising, kill the actors, leave the host's record. Idempotent. The pool stays
+        (other groups may share it): its owner removes it (``SupervisedRayResourcePool.teardown``)."""
+        supervisor, self.supervisor = self.supervisor, None
+        if supervisor is not None:
+            supervisor.stop()
+        self._group.kill()
+        if supervisor is not None:
+            supervisor.hooks.on_group_removed(self._group.name)
+        if self._hosted and self._host is not None:
+            self._hosted = False
+            self._host.unregister(self.name_prefix)
+
+    @classmethod
+    def from_detached(
+        cls,
+        name_prefix: str | None = None,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        ray_cls_with_init: Any = None,
+        **kwargs: Any,
+    ) -> SupervisedRayWorkerGroup:
+        """verl's: attach to existing actors (not supervised: they were created elsewhere)."""
+        return cls(
+            resource_pool=None,
+            ray_cls_with_init=ray_cls_with_init,
+            name_prefix=name_prefix,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            **kwargs,
+        )
+
+    def __repr__(self) -> str:
+        return f"<SupervisedRayWorkerGroup {self.name_prefix} world_size={self._group.world_size} strategy={self.restart_strategy}>"
+
+
+def _namespace(host: Any) -> str:
+    if host is None:
+        return DEFAULT_NAMESPACE
+    from ...daemon.ownership import namespace_of
+
+    return namespace_of(host.name)
+
+
+def _collective(group: WorkerGroup) -> bool:
+    """Whether any started rank has joined a torch.distributed process group."""
+    import ray
+
+    from ...core.worker import PROBE_GROUP
+
+    refs = [w._supervisor_collective.options(concurrency_group=PROBE_GROUP).remote() for w in group.workers]
+    return any(ray.get(refs, timeout=60))
+
+
+def _parse_strategy(value: RestartStrategy | str | None) -> RestartStrategy | None:
+    if value is None or isinstance(value, RestartStrategy):
+        return value
+    try:
+        return RestartStrategy(str(value))
+    except ValueError:
+        raise ConfigError(f"restart_strategy {value!r} is not one of {[s.value for s in RestartStrategy]}") from None

@@ -1,0 +1,422 @@
+"""Supervised groups of the INSTALLED verl's own classes (issue 17 item 3), on a real two-node cluster.
+
+Runs only where verl is installed (the second environment); elsewhere every test is skipped with a
+reason saying how to run them. The workers are ``examples/verl/workers.py``, written against real
+verl only: ``verl.single_controller.base.Worker``, verl's ``register(Dispatch...)``, verl's DataProto.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VERL_INSTALLED = importlib.util.find_spec("verl") is not None
+HOW_TO_RUN = (
+    "verl is not installed here: run in the verl environment, "
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 PYTHONPATH=. /work/verl-env/bin/python -m pytest tests/test_integration_verl.py "
+    "(make test-verl)"
+)
+pytestmark = [pytest.mark.verl, pytest.mark.skipif(not VERL_INSTALLED, reason=HOW_TO_RUN)]
+
+# The cluster's worker processes import examples.verl.workers from the repository root.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
+
+RECOVERY_TIMEOUT_S = 120.0
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def _supervision():
+    from supervisor.supervision.config import SupervisionConfig
+
+    return SupervisionConfig(probe_period_s=1.0, probe_timeout_s=20.0)
+
+
+def _seed_group(name, process_on_nodes, worker="SeedWorker", **kwargs):
+    import ray
+    from verl.single_controller.ray import base as verl_base
+
+    from examples.verl import workers
+    from supervisor.integrations.verl import SupervisedRayWorkerGroup
+
+    # verl's own RayResourcePool and RayClassWithInitArgs, whatever a patch did to the module names.
+    pool_cls = getattr(verl_base, "_supervisor_original_RayResourcePool", verl_base.RayResourcePool)
+    pool = pool_cls(process_on_nodes=process_on_nodes, use_gpu=True, max_colocate_count=1, name_prefix=f"{name}-pool")
+    cia = verl_base.RayClassWithInitArgs(ray.remote(getattr(workers, worker)))
+    group = SupervisedRayWorkerGroup(
+        resource_pool=pool, ray_cls_with_init=cia, name_prefix=name, supervision=kwargs.pop("supervision", _supervision()), **kwargs
+    )
+    return group, pool
+
+
+def _teardown(group, pool):
+    group.teardown()
+    library = getattr(pool, "_supervisor_library_pool", None)
+    if library is not None:
+        library.teardown()
+
+
+def _wait_recovered(group, restarts_of, timeout_s=RECOVERY_TIMEOUT_S):
+    """Wait until each rank in ``restarts_of`` has at least that many restarts and every rank runs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ranks = group.supervisor.ranks()
+        if all(ranks[r].restarts >= n for r, n in restarts_of.items()) and all(s.state.value == "running" for s in ranks):
+            return ranks
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not recovered after {timeout_s:.0f}s: {ranks}")
+        time.sleep(0.2)
+
+
+def _batch(n, **meta):
+    import torch
+    from verl import DataProto
+
+    idx = torch.arange(n)
+    return DataProto.from_dict(tensors={"x": idx.float() + 1, "idx": idx}, meta_info=meta)
+
+
+def _check_every_row_once(out, n):
+    import torch
+
+    order = torch.argsort(out.batch["idx"])
+    assert out.batch["idx"][order].tolist() == list(range(n))  # every row, exactly once
+    assert torch.equal(out.batch["x"][order], (torch.arange(n).float() + 1) * 2)
+
+
+def _bundle_of(group, rank):
+    import ray
+
+    bundle = group.group.rank_bundles[rank]
+    pg = group.group._pgs[bundle.pg_index]
+    return bundle, pg.id.hex(), ray.util.placement_group_table(pg)["bundles_to_node_id"][bundle.bundle_index]
+
+
+def _one_line(exc_info):
+    text = str(exc_info.value)
+    assert text and "\n" not in text, text
+    return text
+
+
+# -- a shared group of independent replicas -------------------------------------------------------
+@pytest.fixture(scope="module")
+def seed(ray_cluster):
+    group, pool = _seed_group("seedwg", [1, 1])
+    try:
+        group.init_model()
+        yield group
+    finally:
+        _teardown(group, pool)
+
+
+def test_verl_classes_run_unchanged_and_independent_replicas_are_one_for_one(seed):
+    from supervisor.supervision.restart_policy import RestartStrategy
+
+    assert seed.world_size == 2
+    assert seed.restart_strategy is RestartStrategy.ONE_FOR_ONE  # no rank joined a process group
+    infos = seed.model_info()
+    assert [i["rank"] for i in infos] == [0, 1]
+    assert len({i["node_id"] for i in infos}) == 2  # one rank per node, as process_on_nodes said
+    out = seed.compute(_batch(8))
+    _check_every_row_once(out, 8)
+    assert sorted(set(out.batch["rank"].tolist())) == [0, 1]
+    assert seed.echo(["a", "b"]) == ["a", "b"]  # ALL_TO_ALL: one entry per rank
+    assert seed.rank_zero_pid() == infos[0]["pid"]  # verl's Execute.RANK_ZERO
+
+
+def test_odd_batches_are_padded_through_our_dispatch(seed):
+    from verl import DataProto
+
+    batch = _batch(7)
+    padded = DataProto.from_dict(tensors=dict(batch.batch.items()), meta_info={}, auto_padding=True)
+    out = seed.compute(padded)
+    assert len(padded) == 7  # the caller's DataProto is not padded behind its back
+    _check_every_row_once(out, 7)
+
+
+def test_rank_killed_between_calls_is_replaced_into_its_bundle_with_verl_env(seed):
+    before = {i["rank"]: i for i in seed.model_info()}
+    bundle, pg_id, node = _bundle_of(seed, 1)
+    restarts = seed.supervisor.ranks()[1].restarts
+    os.kill(before[1]["pid"], signal.SIGKILL)
+    _wait_recovered(seed, {1: restarts + 1})
+    after = {i["rank"]: i for i in seed.model_info()}
+    assert after[1]["pid"] != before[1]["pid"] and after[0]["pid"] == before[0]["pid"]
+    assert _bundle_of(seed, 1) == (bundle, pg_id, node)  # same placement group, bundle and node
+    assert after[1]["node_id"] == node
+    env = after[1]["env"]
+    master = before[0]["env"]
+    assert env == {
+        "WORLD_SIZE": "2",
+        "RANK": "1",
+        "WG_PREFIX": "seedwg",
+        "WG_BACKEND": "ray",
+        "RAY_LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": master["MASTER_ADDR"],
+        "MASTER_PORT": master["MASTER_PORT"],
+    }
+    assert after[1]["inits"] == 1  # the program's init_model was re-run on the replacement
+    _check_every_row_once(seed.compute(_batch(6)), 6)
+
+
+def test_rank_killed_inside_dp_compute_proto_call_returns_every_item_once(seed):
+    before = {i["rank"]: i for i in seed.model_info()}
+    restarts = [s.restarts for s in seed.supervisor.ranks()]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(seed.compute, _batch(10, sleep_s=4.0, sleep_rank=1))
+        time.sleep(1.5)  # rank 1 is inside compute now
+        assert not future.done()
+        os.kill(before[1]["pid"], signal.SIGKILL)
+        out = future.result(timeout=RECOVERY_TIMEOUT_S)
+    _check_every_row_once(out, 10)
+    ranks = _wait_recovered(seed, {1: restarts[1] + 1})
+    assert ranks[0].restarts == restarts[0]  # one_for_one: rank 0 untouched
+    after = {i["rank"]: i for i in seed.model_info()}
+    assert after[0]["pid"] == before[0]["pid"] and after[1]["pid"] != before[1]["pid"]
+
+
+def test_unknown_method_is_a_one_line_error(seed):
+    from supervisor.errors import UnknownMethodError
+
+    with pytest.raises(UnknownMethodError) as exc:
+        seed.no_such_method()
+    assert "no_such_method" in _one_line(exc) and "compute" in str(exc.value)
+    with pytest.raises(UnknownMethodError) as exc:
+        seed.execute_all("no_such_method")
+    assert "SeedWorker has no method 'no_such_method'" in _one_line(exc)
+
+
+# -- torch.distributed ranks ---------------------------------------------------------------------
+def test_torch_distributed_ranks_default_to_one_for_all_and_rebuild_together(ray_cluster):
+    from supervisor.supervision.restart_policy import RestartStrategy
+
+    group, pool = _seed_group("distwg", [2], worker="DistSeedWorker")
+    try:
+        assert group.restart_strategy is RestartStrategy.ONE_FOR_ALL  # seen on the started ranks
+        group.init_model()
+        assert group.all_reduce_rank() == [3.0, 3.0]
+        before = {i["rank"]: i for i in group.model_info()}
+        assert all(i["dist_initialized"] for i in before.values())
+        os.kill(before[1]["pid"], signal.SIGKILL)
+        _wait_recovered(group, {1: 1})
+        after = {i["rank"]: i for i in group.model_info()}
+        assert all(after[r]["pid"] != before[r]["pid"] for r in (0, 1))  # both rebuilt
+        assert group.all_reduce_rank() == [3.0, 3.0]  # the new process group works
+        assert after[1]["env"]["MASTER_PORT"] == after[0]["env"]["MASTER_PORT"]
+    finally:
+        _teardown(group, pool)
+
+
+def test_strategy_keyword_overrides_the_runtime_default(ray_cluster):
+    from supervisor.supervision.restart_policy import RestartStrategy
+
+    group, pool = _seed_group("kwwg", [1], restart_strategy="one_for_all")
+    try:
+        assert group.restart_strategy is RestartStrategy.ONE_FOR_ALL
+    finally:
+        _teardown(group, pool)
+
+
+# -- dispatch modes registered with verl at run time ----------------------------------------------
+def test_a_dispatch_mode_registered_dynamically_in_verl_is_honoured(ray_cluster):
+    import ray
+    import verl_dynamic_workers
+    from verl.single_controller.ray import base as verl_base
+
+    from supervisor.integrations.verl import SupervisedRayWorkerGroup
+
+    pool_cls = getattr(verl_base, "_supervisor_original_RayResourcePool", verl_base.RayResourcePool)
+    pool = pool_cls(process_on_nodes=[2], use_gpu=False, max_colocate_count=1, name_prefix="pairs-pool")
+    group = SupervisedRayWorkerGroup(
+        resource_pool=pool, ray_cls_with_init=verl_base.RayClassWithInitArgs(ray.remote(verl_dynamic_workers.PairWorker)),
+        name_prefix="pairs", use_gpu=False,
+    )  # fmt: skip
+    try:
+        assert group.weigh(5) == 0 * 5 + 1 * 5  # verl's dispatch_fn gave each rank (rank, 5); its collect_fn summed
+    finally:
+        _teardown(group, pool)
+
+
+# -- the host contract ----------------------------------------------------------------------------
+def _recording_host(name):
+    from supervisor.fencing import UNFENCED
+    from supervisor.integrations.verl.host import GroupSettings
+    from supervisor.observability.hooks import ObservingHooks
+
+    class RecordingHooks(ObservingHooks):
+        """The library's real hooks (metrics, logs), remembering replacements and removals."""
+
+        def __init__(self):
+            self.replaced, self.removed, self.changed = [], [], []
+
+        def on_worker_replaced(self, group, rank, reason):
+            super().on_worker_replaced(group, rank, reason)
+            self.replaced.append((group, rank, reason))
+
+        def on_group_removed(self, group):
+            super().on_group_removed(group)
+            self.removed.append(group)
+
+        def on_supervision_changed(self, group):
+            super().on_supervision_changed(group)
+            self.changed.append(group)
+
+    @dataclasses.dataclass
+    class RecordingHost:
+        """A real GroupHost: the unfenced fence, real hooks, the record as a dict."""
+
+        name: str
+        fence: object = UNFENCED
+        hooks: object = dataclasses.field(default_factory=RecordingHooks)
+        registered: dict = dataclasses.field(default_factory=dict)
+        unregistered: list = dataclasses.field(default_factory=list)
+        pools: list = dataclasses.field(default_factory=list)
+
+        def pool_name(self, requested):
+            name = requested if requested not in self.pools else f"{requested}-{len(self.pools)}"
+            self.pools.append(name)
+            return name
+
+        def settings(self, group):
+            return GroupSettings(config=_supervision())
+
+        def register(self, hosted):
+            assert hosted.name not in self.registered
+            self.registered[hosted.name] = hosted
+
+        def unregister(self, name):
+            self.unregistered.append(name)
+            self.registered.pop(name, None)
+
+    return RecordingHost(name)
+
+
+def test_a_hosted_group_is_named_owned_and_recorded_by_its_host(ray_cluster, no_leaks):
+    from supervisor.daemon.ownership import find_owned, namespace_of, pool_prefix_of
+    from supervisor.integrations.verl.host import set_host_factory
+
+    host = _recording_host("verlhost")
+    set_host_factory(lambda: host)
+    group = pool = None
+    try:
+        group, pool = _seed_group("hosted", [1, 1])
+        hosted = host.registered["hosted"]
+        assert hosted.group is group.group and hosted.supervisor is group.supervisor
+        assert hosted.pool == "hosted-pool" and hosted.worker_class == "examples.verl.workers:SeedWorker"
+        library = pool._supervisor_library_pool
+        assert library.name_prefix == pool_prefix_of("verlhost", "hosted-pool") and library.detached
+        assert group.group.namespace == namespace_of("verlhost") and group.group.detached
+        owned = find_owned("verlhost")
+        assert sorted(owned.actors) == sorted(group.worker_names) and len(owned.placement_groups) == 2
+        group.init_model()
+        pid = group.model_info()[0]["pid"]
+        os.kill(pid, signal.SIGKILL)  # rank 0: a new rendezvous for everyone
+        _wait_recovered(group, {0: 1})
+        assert ("hosted", 0, "died") in host.hooks.replaced
+        assert "hosted" in host.hooks.changed  # the init to re-run was armed: the record's supervision changed
+        _check_every_row_once(group.compute(_batch(4)), 4)
+        group.teardown()
+        assert host.unregistered == ["hosted"] and host.hooks.removed == ["hosted"]
+        library.teardown()
+        deadline = time.monotonic() + 15
+        while find_owned("verlhost") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not find_owned("verlhost")
+    finally:
+        set_host_factory(None)
+        if group is not None:
+            _teardown(group, pool)
+
+
+# -- teardown and bad input leave nothing behind ---------------------------------------------------
+def test_teardown_leaves_no_placement_group_or_actor(ray_cluster, no_leaks):
+    group, pool = _seed_group("gone", [1, 1])
+    group.init_model()
+    _teardown(group, pool)
+    group.teardown()  # idempotent
+
+
+def test_impossible_resources_are_a_one_line_error_and_leave_nothing(ray_cluster, no_leaks):
+    from supervisor.placement.resource_wait import InfeasibleResourcesError
+
+    with pytest.raises(InfeasibleResourcesError) as exc:
+        _seed_group("huge", [64])
+    assert "64" in _one_line(exc) or "GPU" in str(exc.value)
+
+
+def test_an_unknown_init_method_is_a_one_line_error_and_leaves_nothing(ray_cluster, no_leaks):
+    from supervisor.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _seed_group("badinit", [1], init_method="no_such_init")
+    assert "no_such_init" in _one_line(exc)
+
+
+# -- the patch -------------------------------------------------------------------------------------
+def _run_python(code, ray_cluster):
+    env = dict(os.environ, RAY_ADDRESS=ray_cluster.address)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_patch_install_before_verl_is_imported(ray_cluster):
+    out = _run_python(
+        """
+        import sys
+        from supervisor.integrations.verl import patch
+        patch.install()
+        patch.install()  # idempotent
+        assert "verl" not in sys.modules and "torch" not in sys.modules  # nothing imported until verl is
+        import ray
+        from verl.single_controller.ray import RayResourcePool, RayWorkerGroup, ResourcePoolManager
+        import verl.single_controller.ray.base as base
+        from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
+        assert RayWorkerGroup is SupervisedRayWorkerGroup and base.RayWorkerGroup is SupervisedRayWorkerGroup
+        assert RayResourcePool is SupervisedRayResourcePool and base.RayResourcePool is SupervisedRayResourcePool
+        assert issubclass(SupervisedRayResourcePool, base._supervisor_original_RayResourcePool)
+        ray.init(log_to_driver=False)
+        manager = ResourcePoolManager(resource_pool_spec={"global_pool": [1, 1]}, mapping={})
+        manager.create_resource_pool()
+        built = manager.resource_pool_dict["global_pool"]
+        assert type(built) is SupervisedRayResourcePool, type(built)
+        print("patched", type(built).__name__)
+        """,
+        ray_cluster,
+    )
+    assert "patched SupervisedRayResourcePool" in out
+
+
+def test_patch_install_after_verl_is_imported_replaces_earlier_re_exports(ray_cluster):
+    out = _run_python(
+        """
+        import verl.single_controller.ray as verl_ray
+        from verl.single_controller.ray import RayWorkerGroup as early
+        import sys, types
+        trainer = types.ModuleType("verl.trainer.fake")  # a verl module that re-exported it (as ray_trainer does)
+        trainer.RayWorkerGroup = early
+        sys.modules["verl.trainer.fake"] = trainer
+        from supervisor.integrations.verl import patch, SupervisedRayWorkerGroup
+        assert early is not SupervisedRayWorkerGroup
+        patch.install()
+        assert verl_ray.RayWorkerGroup is SupervisedRayWorkerGroup
+        assert trainer.RayWorkerGroup is SupervisedRayWorkerGroup
+        patch.install()
+        assert verl_ray.RayWorkerGroup is SupervisedRayWorkerGroup
+        print("patched late")
+        """,
+        ray_cluster,
+    )
+    assert "patched late" in out
