@@ -15,11 +15,11 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from daemon_harness import TESTS_DIR
+from run_harness import ENV, assert_nothing_left, live_pgs, reports, run_factory, status_json, wait_for
 
 from supervisor.cli.commands import main
 from supervisor.daemon.spec import SpecError, parse_spec
@@ -29,11 +29,6 @@ from supervisor.run.launcher import forwards_sigint
 from supervisor.supervision.restart_policy import RestartStrategy
 
 PROGRAMS = TESTS_DIR / "run_programs.py"
-ENV = {
-    **os.environ,
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])),
-}
 
 
 # -- pure parts ------------------------------------------------------------------------------------
@@ -166,83 +161,9 @@ def cluster():
         c.shutdown()
 
 
-class Run:
-    """`supervisor run --name NAME --address ... -- COMMAND` as a subprocess, JSON logs to a file."""
-
-    def __init__(self, name: str, address: str, command: list[str], log: Path, *options: str) -> None:
-        self.name, self.log_path = name, log
-        self._log = open(log, "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.cli.commands", "run", "--name", name, "--address", address, "--log-json", *options, "--", *command],
-            stdout=self._log, stderr=subprocess.STDOUT, env=ENV,
-        )  # fmt: skip
-
-    def wait(self, timeout_s: float = 90.0) -> int:
-        try:
-            return self.proc.wait(timeout_s)
-        finally:
-            self._log.flush()
-
-    def output(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-        self._log.close()
-
-
 @pytest.fixture
 def runs(cluster, tmp_path):
-    started: list[Run] = []
-
-    def start(command: list[str], *options: str, name: str | None = None) -> Run:
-        r = Run(name or f"run-test-{uuid.uuid4().hex[:6]}", cluster.address, command, tmp_path / f"run{len(started)}.log", *options)
-        started.append(r)
-        return r
-
-    yield start
-    for r in started:
-        r.close()
-    from supervisor.daemon.ownership import find_owned, remove_owned
-    from supervisor.daemon.record import RecordStore
-
-    for name in {r.name for r in started}:  # whatever a failed test left
-        remove_owned(name, find_owned(name))
-        RecordStore().delete(name)
-
-
-def wait_for(predicate, what: str, timeout_s: float = 60.0, proc: Run | None = None):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.proc.poll() is not None:
-            raise AssertionError(f"run exited with {proc.proc.returncode} waiting for {what}: {proc.output()[-3000:]}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}" + (f": {proc.output()[-3000:]}" if proc else ""))
-
-
-def reports(out: Path) -> list[dict]:
-    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-
-
-def assert_nothing_left(name: str) -> None:
-    from supervisor.daemon.ownership import find_owned
-    from supervisor.daemon.record import RecordStore
-
-    wait_for(lambda: not find_owned(name), f"{name}'s placement groups and actors to go", timeout_s=20)
-    assert RecordStore().get(name) is None
-
-
-def live_pgs(ids: list[str]) -> set[str]:
-    from ray.util import placement_group_table
-
-    table = placement_group_table()
-    return {i for i in ids if table.get(i, {}).get("state") not in (None, "REMOVED")}
+    yield from run_factory(cluster, tmp_path)
 
 
 def test_exit_code_passes_through_and_nothing_is_left(runs):
@@ -282,15 +203,6 @@ def test_a_name_that_is_running_is_refused_and_left_alone(runs, tmp_path):
     first.proc.send_signal(signal.SIGTERM)
     assert first.wait() == 42
     assert_nothing_left(first.name)
-
-
-def status_json(name: str, address: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli.commands", "status", name, "--address", address, "--json"],
-        capture_output=True, text=True, env=ENV, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 def test_the_record_shows_the_groups_and_restarts_and_a_sigkilled_command_leaves_nothing(runs, cluster, tmp_path):
