@@ -4,6 +4,7 @@ supervisor, the host's fence and hooks, registered in the record), then serves c
 
     python run_programs.py group OUT EXIT_CODE   # report to OUT (JSON lines); exit EXIT_CODE when OUT.stop exists
     python run_programs.py sigterm OUT           # on SIGTERM write OUT and exit 42
+    python run_programs.py lost-host OUT         # a subprocess hosts the run and dies; then as sigterm
 """
 
 from __future__ import annotations
@@ -69,6 +70,26 @@ def sigterm(out: Path) -> int:
     return 1
 
 
+def host_and_die(out: Path) -> int:
+    import ray
+
+    from supervisor.run.host import RunHost
+
+    ray.init()
+    RunHost.from_environment()
+    report(out, event="hosted", pid=os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
+    return 1
+
+
+def lost_host(out: Path) -> int:
+    import subprocess
+
+    subprocess.run([sys.executable, __file__, "host", str(out)])
+    return sigterm(out.with_suffix(".txt"))
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1], Path(sys.argv[2])
-    sys.exit(group(out, int(sys.argv[3])) if mode == "group" else sigterm(out))
+    modes = {"group": lambda: group(out, int(sys.argv[3])), "sigterm": lambda: sigterm(out), "host": lambda: host_and_die(out), "lost-host": lambda: lost_host(out)}
+    sys.exit(modes[mode]())

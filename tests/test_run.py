@@ -212,14 +212,18 @@ def test_the_record_shows_the_groups_and_restarts_and_a_sigkilled_command_leaves
     from supervisor.daemon.record import RecordStore
 
     out = tmp_path / "group.jsonl"
-    r = runs([sys.executable, str(PROGRAMS), "group", str(out), "0"])
+    spec = tmp_path / "run.toml"  # the group's settings come from the spec: a call a rank dies in is retried
+    spec.write_text('[supervisor]\nheartbeat_interval_s = 0.5\n[run.groups.counters]\nin_flight = "retry"\nmax_restarts = 4\n')
+    r = runs([sys.executable, str(PROGRAMS), "group", str(out), "0"], "--spec", str(spec))
     ready = wait_for(lambda: [e for e in reports(out) if e["event"] == "ready"], "the group", proc=r)[0]
     # The run reached a task of the command's job: the hook is first on its PYTHONPATH, the descriptor there.
     assert ready["task_env"]["PYTHONPATH"].split(os.pathsep)[0] == HOOK_DIR
     assert json.loads(ready["task_env"]["SUPERVISOR_RUN"])["name"] == r.name
     assert ready["pool"] == "counters_pool"
+    assert "max_restarts=4" in ready["config"]
     record = wait_for(lambda: (rec := RecordStore().get(r.name)) and "counters" in rec.groups and rec, "the group in the record")
     assert record.pid == ready["pid"] and record.state == "running"  # the command's process writes it
+    assert record.heartbeat_interval_s == 0.5 and record.groups["counters"].max_restarts == 4
     assert record.pools["counters_pool"].prefix == f"{r.name}.counters_pool"
     assert [rank.state.value for rank in record.groups["counters"].ranks] == ["running", "running"]
 
@@ -285,3 +289,30 @@ def test_the_hook_chains_to_the_sitecustomize_it_shadows(tmp_path):
     env.pop(RUN_ENV)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.split()[:2] == ["ran", str(user / "sitecustomize.py")] and out.stdout.split()[2] != "_VerlFinder"
+
+
+def test_the_parent_beats_again_when_the_host_process_is_gone(runs, tmp_path):
+    from supervisor.daemon.fence import fence_status
+    from supervisor.daemon.record import RecordStore
+
+    out = tmp_path / "lost.jsonl"
+    r = runs([sys.executable, str(PROGRAMS), "lost-host", str(out)])
+    wait_for(out.with_suffix(".ready").exists, "the command to go on after its host died", proc=r)
+    (hosted,) = reports(out)
+    assert hosted["pid"] != r.proc.pid
+    # The host claimed (its pid was in the record); it is gone, so the parent writes the record again.
+    record = wait_for(lambda: (rec := RecordStore().get(r.name)) and rec.pid == r.proc.pid and rec.generation >= 3 and rec, "the parent", proc=r)
+    seq = record.heartbeat_seq
+    wait_for(lambda: RecordStore().get(r.name).heartbeat_seq > seq + 2, "the parent's beats", proc=r)
+    assert fence_status(r.name).liveness.value == "alive"
+    r.proc.send_signal(signal.SIGTERM)
+    assert r.wait() == 42
+    assert_nothing_left(r.name)
+
+
+def test_an_owner_claiming_again_gets_a_new_generation():
+    from supervisor.daemon.fence import ClaimRequest, ClaimVerdict, FenceState, decide_claim
+
+    state = FenceState(generation=4, owner="o1", grace_s=30.0, interval_s=1.0)
+    assert decide_claim(state, ClaimRequest("o1", "o1", False, 30.0, 1.0), silent_s=0.0) is ClaimVerdict.GRANTED
+    assert decide_claim(state, ClaimRequest("o2", "o1", False, 30.0, 1.0), silent_s=0.0) is ClaimVerdict.ALIVE

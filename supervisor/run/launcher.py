@@ -28,7 +28,7 @@ import uuid
 from typing import Any
 
 from ..daemon.claim import claim
-from ..daemon.fence import FENCE_ACTOR_NAME, ClaimVerdict, OwnerFence
+from ..daemon.fence import FENCE_ACTOR_NAME, ClaimVerdict, OwnerFence, fence_status
 from ..daemon.job import Job
 from ..daemon.liveness import ProcessIdentity
 from ..daemon.ownership import find_owned
@@ -162,15 +162,10 @@ class RunLauncher:
         assert job.store is not None
         stop_seen = False
         while not self._stop_beat.wait(interval):
-            if self._holding:
-                try:
-                    job.write_record()
-                except SupersededError:
-                    # The command's group host claimed with our owner id: it writes the record now.
-                    self._holding = False
-                    log.info("run_host_took_over", supervisor=self.spec.name)
-                except Exception:  # counted and logged by write_record; the next beat retries
-                    pass
+            try:
+                self._hold_or_watch()
+            except Exception as exc:  # a GCS hiccup must not end the beat; the next one retries
+                log.warning("run_heartbeat_failed", error=first_line(exc))
             try:
                 how = job.store.stop_requested(self.spec.name, self.owner)
             except Exception as exc:
@@ -182,6 +177,49 @@ class RunLauncher:
                 log.info("stop_requested", by="supervisor stop", detach=how == "detach")
                 self._forward(signal.SIGTERM)
 
+    def _hold_or_watch(self) -> None:
+        """Beat while this process holds the record; hand it over to the command's host when that claims
+        it, and take it back if the host's process is seen gone while the command lives on."""
+        job, status = self.job, fence_status(self.spec.name)
+        assert job.fence is not None
+        if self._holding:
+            if status is not None and status.generation != job.fence.generation and status.owner == self.owner:
+                # The command's group host claimed with our owner id: it writes the record now (asking
+                # first spares a refused write, which the fence logs as a takeover).
+                self._holding = False
+                log.info("run_host_took_over", supervisor=self.spec.name, generation=status.generation)
+                return
+            try:
+                job.write_record()
+            except SupersededError:
+                self._holding = False
+                log.info("run_host_took_over", supervisor=self.spec.name)
+            except Exception:
+                pass  # counted and logged by write_record
+            return
+        host = status.owner_process if status is not None and status.owner == self.owner else None
+        if host is not None and host.pid != os.getpid() and host.provably_gone():
+            self._take_back(reason="the host process is gone")
+
+    def _take_back(self, reason: str) -> None:
+        """Claim the supervisor back with our owner id and beat the record again (from the host's last)."""
+        sup, store = self.spec.supervisor, self.job.store
+        assert store is not None
+        fence = OwnerFence(self.spec.name)
+        verdict, _ = fence.claim(self.owner, sup.orphan_grace_s, sup.heartbeat_interval_s, record=store.get(self.spec.name))
+        if verdict is not ClaimVerdict.GRANTED:
+            return
+        me = ProcessIdentity.current()
+        with self.job.lock:
+            record = store.get(self.spec.name) or self.job.record
+            assert record is not None
+            record.generation = fence.generation or 0
+            record.pid, record.host, record.boot_id, record.pid_namespace = me.pid, me.host, me.boot_id, me.pid_namespace
+            self.job.record, self.job.fence = record, fence
+        self._holding = True
+        log.warning("run_record_taken_back", supervisor=self.spec.name, reason=reason, generation=fence.generation)
+        self.job.write_record()
+
     # -- the end ----------------------------------------------------------------------------------
     def _end(self) -> None:
         """Take the job back from whatever is left of the command, then remove it or leave it detached."""
@@ -189,6 +227,7 @@ class RunLauncher:
         assert self.job.store is not None
         store = self.job.store
         fence = OwnerFence(name)
+        log.info("run_ending", supervisor=name, detach=self.detach)
         try:
             verdict, before = fence.claim(self.owner, sup.orphan_grace_s, sup.heartbeat_interval_s, record=store.get(name))
             if verdict is not ClaimVerdict.GRANTED:
@@ -201,6 +240,7 @@ class RunLauncher:
             record.pid, record.host, record.boot_id, record.pid_namespace = me.pid, me.host, me.boot_id, me.pid_namespace
             record.heartbeat_seq += 1
             owned = find_owned(name)
+            log.info("run_taken_back", supervisor=name, generation=fence.generation, placement_groups=len(owned.placement_groups), actors=len(owned.actors))
             if self.detach:
                 fence.kill_named([a for a in owned.actors if a != FENCE_ACTOR_NAME])
                 record.state, record.groups = DaemonState.DETACHED.value, {}
