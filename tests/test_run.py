@@ -92,6 +92,7 @@ def test_run_spec():
     ("text", "problem"),
     [
         ('[pools.p]\nprocess_on_nodes = [1]\n', "pools: only for `supervisor start`"),
+        ("[metrics]\nport = 0\n", "metrics: not served by `supervisor run` yet"),
         ('[run.groups.a]\nclass = "m:C"\n', "run.groups.a.class: only for `supervisor start`'s [groups.NAME]"),
         ("[run.groups.a]\nmax_restarts = -1\n", "run.groups.a.max_restarts: must be >= 0, got -1"),
         ('[run.groups.a]\nrestart_strategy = "sometimes"\n', "run.groups.a.restart_strategy: expected one of"),

@@ -14,7 +14,7 @@ Layout (every field and its default is in the README)::
     [driver]                function, args
     [run.groups.NAME]       (``supervisor run`` only) init_*, restart_*, probe_*, call_timeout_s, in_flight
 
-A spec for ``supervisor run`` (``load_spec(path, run=True)``) has no pools, groups or driver: the
+A spec for ``supervisor run`` (``load_spec(path, run=True)``) has no pools, groups, driver or metrics: the
 program places and builds its own groups. Its ``[run.groups.NAME]`` tables hold the supervision
 settings of the group verl calls NAME (its ``name_prefix``); ``supervisor.name`` is optional there.
 """
@@ -315,7 +315,7 @@ class SupervisorSpec:
 _TOML_KEYS = {"worker_class": "class"}  # dataclass field -> TOML key, where Python reserves the word
 _SUPERVISOR_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
-_RUN_SECTIONS = {"supervisor", "ray", "metrics", "run"}
+_RUN_SECTIONS = {"supervisor", "ray", "run"}
 RUN_GROUP_KEYS = frozenset(
     {
         "actor_start_timeout_s", "init_method", "init_kwargs", "init_timeout_s", "init_attempts", "restart_strategy", "max_restarts",
@@ -358,7 +358,9 @@ def parse_spec(
     problems: list[str] = []
     if run:
         for key in sorted(_SECTIONS - _RUN_SECTIONS):
-            if key in raw:
+            if key == "metrics" and key in raw:
+                problems.append("metrics: not served by `supervisor run` yet (the groups' metrics live in the program's process)")
+            elif key in raw:
                 problems.append(f"{key}: only for `supervisor start`; a run's program makes its own pools and groups (settings: [run.groups.NAME])")
         _unknown_keys({k: v for k, v in raw.items() if k not in _SECTIONS}, _RUN_SECTIONS, "", problems)
         raw = {k: v for k, v in raw.items() if k in _RUN_SECTIONS}
