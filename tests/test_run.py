@@ -317,3 +317,16 @@ def test_an_owner_claiming_again_gets_a_new_generation():
     state = FenceState(generation=4, owner="o1", grace_s=30.0, interval_s=1.0)
     assert decide_claim(state, ClaimRequest("o1", "o1", False, 30.0, 1.0), silent_s=0.0) is ClaimVerdict.GRANTED
     assert decide_claim(state, ClaimRequest("o2", "o1", False, 30.0, 1.0), silent_s=0.0) is ClaimVerdict.ALIVE
+
+
+def test_supervisor_stop_is_a_sigterm_to_the_command(runs, cluster, tmp_path):
+    out = tmp_path / "stop.txt"
+    r = runs([sys.executable, str(PROGRAMS), "sigterm", str(out)])
+    wait_for(out.with_suffix(".ready").exists, "the command to start", proc=r)
+    stop = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli.commands", "stop", r.name, "--address", cluster.address, "--timeout", "60"],
+        capture_output=True, text=True, env=ENV, timeout=90,
+    )  # fmt: skip
+    assert stop.returncode == 0 and stop.stdout.strip() == f"supervisor {r.name} stopped", stop.stdout + stop.stderr
+    assert r.wait() == 42 and out.read_text() == "SIGTERM"
+    assert_nothing_left(r.name)
