@@ -77,6 +77,11 @@ class SeedWorker(Worker):
         out["rank"] = torch.full_like(data.batch["idx"], self.rank)
         return DataProto.from_dict(tensors=out)
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def compute_later(self, data: DataProto) -> DataProto:
+        """:meth:`compute`, non-blocking: the group call returns verl's DataProtoFuture at once."""
+        return self.compute(data)
+
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def echo(self, value: Any) -> Any:
         """Return ``value`` (each rank gets its own entry when given one per rank)."""

@@ -39,6 +39,7 @@ from ...placement.layout import BundleRef
 from ...supervision.config import SupervisionConfig
 from ...supervision.lifecycle import create_group
 from ...supervision.restart_policy import RestartStrategy
+from ...supervision.states import WorkerState
 from ...supervision.supervised_call import InFlightPolicy
 from ...supervision.supervisor import GroupSupervisor
 from .host import HostedGroup, current_host
@@ -82,40 +83,45 @@ class VerlRanks(WorkerGroup):
     collective = False
     rendezvous_wait_s = 30.0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._rdv_cond = threading.Condition()
+        self._rdv_generation = 0  # rendezvous picked so far
+        self._env_generation: dict[int, int] = {}  # rank -> rendezvous its actor was created with
+        super().__init__(*args, **kwargs)
+
     def _pick_new_rendezvous(self) -> Any:
         rdv = super()._pick_new_rendezvous()
-        with self._rendezvous_cond:
-            self._rendezvous_picked_at = time.monotonic()
-            self._rendezvous_cond.notify_all()
+        with self._rdv_cond:
+            self._rdv_generation += 1
+            self._rdv_cond.notify_all()
         return rdv
 
-    @property
-    def _rendezvous_cond(self) -> threading.Condition:
-        cond = self.__dict__.get("_rdv_cond")
-        if cond is None:
-            cond = self.__dict__.setdefault("_rdv_cond", threading.Condition())
-        return cond  # type: ignore[no-any-return]
+    def _rank_env(self, rank: int) -> dict[str, str]:
+        self._env_generation[rank] = self._rdv_generation
+        return super()._rank_env(rank)
 
     def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None) -> Any:
         if not self.collective or rank == 0:
             return super().replace_worker(rank, name_release_timeout_s, bundle)
-        killed_at = time.monotonic()
         self._check_replaceable(rank)
+        seen = self._env_generation.get(rank, 0)
         self._kill_rank(rank)
         started = time.monotonic()
-        with self._rendezvous_cond:
-            self._rendezvous_cond.wait_for(
-                lambda: self.__dict__.get("_rendezvous_picked_at", 0.0) > killed_at or 0 not in self._rebuilding(),
-                timeout=self.rendezvous_wait_s,
+        with self._rdv_cond:
+            # Rank 0's replacement (running side by side in a one_for_all rebuild) picks the new one.
+            fresh = self._rdv_cond.wait_for(
+                lambda: self._rdv_generation > seen or 0 not in self._rebuilding(), timeout=self.rendezvous_wait_s
             )
-        log.info("replacement_rendezvous", group=self.name, rank=rank, waited_s=round(time.monotonic() - started, 2))
+        waited = time.monotonic() - started
+        if waited > 1.0 or not fresh:
+            log.info("replacement_waited_for_rendezvous", group=self.name, rank=rank, waited_s=round(waited, 2), fresh=fresh)
         return super().replace_worker(rank, name_release_timeout_s, bundle)
 
     def _rebuilding(self) -> set[int]:
         supervisor = self.supervisor
         if supervisor is None:
             return set()
-        return {r.rank for r in supervisor.ranks() if r.state.value != "running"}
+        return {r.rank for r in supervisor.ranks() if r.state is not WorkerState.RUNNING}
 
 
 def _supervised_class(user_cls: type) -> type:
