@@ -330,3 +330,26 @@ def test_supervisor_stop_is_a_sigterm_to_the_command(runs, cluster, tmp_path):
     assert stop.returncode == 0 and stop.stdout.strip() == f"supervisor {r.name} stopped", stop.stdout + stop.stderr
     assert r.wait() == 42 and out.read_text() == "SIGTERM"
     assert_nothing_left(r.name)
+
+
+def test_the_hosts_pool_names_and_group_settings():
+    from supervisor.daemon.spec import parse_spec
+    from supervisor.run.descriptor import named
+    from supervisor.run.host import RunHost
+
+    spec = named(parse_spec('[run.groups.actor]\nrestart_strategy = "one_for_all"\nprobe_period_s = 2\n', run=True), "r1")
+    host = RunHost(RunDescriptor("r1", "o"), spec)  # nothing claimed: no cluster needed for these
+    assert [host.pool_name(n) for n in ("global_pool", "global_pool", "a.b c", "", "global_pool")] == [
+        "global_pool", "global_pool-2", "a_b_c", "pool", "global_pool-3",
+    ]  # fmt: skip
+    actor, other = host.settings("actor"), host.settings("critic")
+    assert actor.strategy_set and actor.config.restart.strategy is RestartStrategy.ONE_FOR_ALL and actor.config.probe_period_s == 2.0
+    assert not other.strategy_set and other.config.probe_period_s == 5.0
+
+
+def test_the_host_outside_a_run_says_so(monkeypatch):
+    from supervisor.run.host import NotInRunError, RunHost
+
+    monkeypatch.delenv(RUN_ENV, raising=False)
+    with pytest.raises(NotInRunError, match="not under `supervisor run`"):
+        RunHost.from_environment()
