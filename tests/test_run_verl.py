@@ -166,3 +166,20 @@ def test_detach_then_the_next_run_adopts_the_pool_and_gc_removes_it(runs, cluste
     assert gc.returncode == 0 and f"removed supervisor {name}" in gc.stdout, gc.stdout + gc.stderr
     assert_nothing_left(name)
     assert os.path.exists(SEED_JOB)
+
+
+def test_groups_built_in_a_taskrunner_actor_are_hosted_there(runs):
+    """main_ppo's topology: the run reaches an actor of the program's job, which hosts the run."""
+    import json
+
+    from supervisor.daemon.record import RecordStore
+
+    job = Path(__file__).resolve().parent / "verl_taskrunner_job.py"
+    r = runs([sys.executable, str(job), "6", "1.0"])
+    group = wait_for(lambda: group_record(r.name), "the TaskRunner's group in the record", timeout_s=300, proc=r)
+    host_pid = RecordStore().get(r.name).pid
+    assert group.pool == "seed" and host_pid != r.proc.pid
+    assert r.wait(300) == 0, r.output()[-3000:]
+    (line,) = [json.loads(line) for line in r.output().splitlines() if line.startswith('{"cls"')]
+    assert line == {"cls": "supervisor.integrations.verl.group.SupervisedRayWorkerGroup", "pid": host_pid, "complete": True}
+    assert_nothing_left(r.name)
