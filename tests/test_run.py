@@ -353,3 +353,21 @@ def test_the_host_outside_a_run_says_so(monkeypatch):
     monkeypatch.delenv(RUN_ENV, raising=False)
     with pytest.raises(NotInRunError, match="not under `supervisor run`"):
         RunHost.from_environment()
+
+
+def test_the_command_gets_the_users_environment_not_what_connecting_set(monkeypatch):
+    """Connecting makes Ray set a token mode and path in this process (and PYTHONBREAKPOINT): passed on,
+    they broke actors of the command's job on a cluster given by address; an embedded Ray's token is
+    passed on (the command cannot know it)."""
+    from supervisor.daemon.spec import parse_spec
+    from supervisor.run.descriptor import named
+    from supervisor.run.launcher import RunLauncher
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    launcher = RunLauncher(["true"], named(parse_spec("", run=True), "r1"), address="127.0.0.1:1")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # what connecting does
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    env = launcher._command_base_env()
+    assert "RAY_AUTH_MODE" not in env and env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    launcher._embedded = object()
+    assert launcher._command_base_env()["RAY_AUTH_MODE"] == "token"

@@ -42,7 +42,8 @@ class TaskRunner:
 def main() -> int:
     pythonpath = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)
     ray.init(log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
-    result = ray.get(TaskRunner.remote().run.remote(int(sys.argv[1]), float(sys.argv[2])))
+    runner = TaskRunner.remote()  # held: an actor without a handle is cancelled
+    result = ray.get(runner.run.remote(int(sys.argv[1]), float(sys.argv[2])))
     print(json.dumps(result), flush=True)
     return 0 if result["complete"] else 1
 

@@ -27,10 +27,12 @@ import threading
 import uuid
 from typing import Any
 
+from ..daemon.auth import AUTH_ENV_VARS
 from ..daemon.claim import claim
 from ..daemon.fence import FENCE_ACTOR_NAME, ClaimVerdict, OwnerFence, fence_status
 from ..daemon.job import Job
 from ..daemon.liveness import ProcessIdentity
+from ..daemon.loopback import LOOPBACK_ENV
 from ..daemon.ownership import find_owned
 from ..daemon.record import DaemonState, RecordStore
 from ..daemon.spec import SupervisorSpec
@@ -78,6 +80,9 @@ class RunLauncher:
         self.owner = uuid.uuid4().hex
         self.descriptor = RunDescriptor(spec.name, self.owner, spec_text, spec_source)
         self.job = Job(spec, owner=self.owner)
+        # The command gets the user's environment, not what connecting did to this process's (Ray sets
+        # a token mode and path for its driver, PYTHONBREAKPOINT...): its own ray.init decides those.
+        self._user_env = dict(os.environ)
         self._embedded: Any = None
         self._child: subprocess.Popen[bytes] | None = None
         self._pending_signal: int | None = None
@@ -127,7 +132,7 @@ class RunLauncher:
         if self._pending_signal is not None:
             log.info("run_not_started", reason=signal.Signals(self._pending_signal).name)
             return 128 + self._pending_signal
-        env = child_environment(os.environ, self.descriptor, self.address or "")
+        env = child_environment(self._command_base_env(), self.descriptor, self.address or "")
         self._child = subprocess.Popen(self.command, env=env)
         log.info("run_command_started", supervisor=self.spec.name, pid=self._child.pid, command=self.command, detach=self.detach)
         if self._pending_signal is not None:  # arrived while the command was being started
@@ -136,6 +141,18 @@ class RunLauncher:
         status = shell_status(returncode)
         log.info("run_command_exited", supervisor=self.spec.name, status=status, returncode=returncode)
         return status
+
+    def _command_base_env(self) -> dict[str, str]:
+        env = dict(self._user_env)
+        carried = [LOOPBACK_ENV]  # a loopback cluster keeps the command's Ray processes on loopback too
+        if self._embedded is not None:
+            carried += list(AUTH_ENV_VARS)  # the embedded Ray's fresh token: the command cannot guess it
+        for key in carried:
+            if key in os.environ:
+                env[key] = os.environ[key]
+            elif key in env and key in AUTH_ENV_VARS:
+                del env[key]
+        return env
 
     # -- signals and the stop command -----------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
