@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-node", type=int, default=1, help="ranks per node")
     parser.add_argument("--batch", type=int, default=8, help="rows per step")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds each rank sleeps inside compute")
+    parser.add_argument("--step-gap", type=float, default=0.0, help="seconds the driver waits between steps (a test kills a rank there)")
     parser.add_argument("--name", default="seed", help="the group's name_prefix (and the pool's)")
     parser.add_argument("--cpu", action="store_true", help="CPU-only bundles (no GPU in the cluster)")
     return parser.parse_args(argv)
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             f"ranks={ranks} seconds={time.monotonic() - started:.2f}",
             flush=True,
         )
+        time.sleep(args.step_gap)
     infos = group.model_info()
     print("pids " + " ".join(f"{i['rank']}:{i['pid']}" for i in infos), flush=True)
     print("done" if ok else "FAILED: a step lost or duplicated rows", flush=True)

@@ -1,6 +1,6 @@
 """The ``supervisor`` command line: a thin click layer over the library.
 
-``start`` runs the daemon; ``status``, ``list``, ``stop`` and ``gc`` read and act on the supervisor
+``start`` runs the daemon; ``run`` runs a verl program supervised; ``status``, ``list``, ``stop`` and ``gc`` read and act on the supervisor
 records kept in the cluster; ``info`` reports versions and a cluster's resources. Errors are one line
 on stderr; exit codes: 0 fine, 1 failed (or something found), 2 invalid spec or usage.
 """
@@ -84,6 +84,66 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
     from ..daemon.daemon import Daemon
 
     sys.exit(int(Daemon(spec, address=address or os.environ.get("RAY_ADDRESS")).run()))
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--spec", "spec_path", default=None, type=click.Path(dir_okay=False), help="A run spec: [supervisor], [ray], [metrics], [run.groups.NAME].")
+@click.option("--name", default=None, help="The supervisor's name (default: the spec's supervisor.name, else run-<id>).")
+@click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, then the spec's ray.address, else an embedded local Ray).")
+@click.option("--detach", is_flag=True, help="At the end, leave the placement groups (and the record, detached) for the next run of the name.")
+@click.option("--log-level", default="INFO", show_default=True, help="Minimum level of the structured logs.")
+@click.option("--log-json/--log-console", default=None, help="Log format (default: JSON unless stderr is a terminal).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(
+    spec_path: str | None, name: str | None, address: str | None, detach: bool, log_level: str, log_json: bool | None, command: tuple[str, ...]
+) -> None:
+    """Run COMMAND (an unmodified verl program, e.g. `python -m verl.trainer.main_ppo ...`) with its verl
+    worker groups supervised, and remove everything it owned when it ends. Exit status: the command's
+    (128+N when signal N ended it); 2 for bad usage or an invalid spec, 125 when the run could not start
+    (cluster unreachable, the name is running), 126/127 when COMMAND cannot be executed."""
+    import uuid
+
+    from ..daemon.spec import SpecError, load_spec, parse_spec, supervisor_name_problem
+    from ..observability.log import configure_logging
+    from ..run.descriptor import named
+    from ..run.exit_status import RunExit, command_problem
+
+    def fail(code: RunExit, message: str) -> None:
+        click.echo(f"error: {message}", err=True)
+        sys.exit(int(code))
+
+    configure_logging(log_level, json=log_json)
+    if not command:
+        fail(RunExit.USAGE, "no command to run: supervisor run [OPTIONS] -- COMMAND [ARGS]...")
+    spec_text = None
+    try:
+        if spec_path:
+            spec_text = Path(spec_path).read_text() if Path(spec_path).is_file() else None
+            spec = load_spec(spec_path, check_imports=False, check_budget=False, run=True)
+        else:
+            spec = parse_spec("", check_imports=False, run=True)
+    except SpecError as exc:
+        for line in str(exc).splitlines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(int(RunExit.USAGE))
+    name = name or spec.name or f"run-{uuid.uuid4().hex[:8]}"
+    problem = supervisor_name_problem(name)
+    if problem:
+        fail(RunExit.USAGE, f"--name: {problem}")
+    address = address or os.environ.get("RAY_ADDRESS") or spec.ray.address
+    if detach and not address:
+        fail(RunExit.USAGE, "--detach needs a cluster that outlives the run (--address, RAY_ADDRESS or ray.address): an embedded Ray ends with it")
+    unrunnable = command_problem(list(command))
+    if unrunnable:
+        fail(*unrunnable)
+    from ..run.launcher import RunLauncher, RunNotStartedError
+
+    launcher = RunLauncher(list(command), named(spec, name), spec_text, str(spec_path or "<run spec>"), address=address, detach=detach)
+    try:
+        status = launcher.run()
+    except RunNotStartedError as exc:
+        fail(RunExit.RUN_FAILED, str(exc))
+    sys.exit(status)
 
 
 @contextlib.contextmanager

@@ -124,6 +124,11 @@ def decide_claim(state: FenceState, request: ClaimRequest, silent_s: float) -> C
         return ClaimVerdict.RETIRED
     if state.owner is None or state.detached:
         return ClaimVerdict.GRANTED
+    if request.owner == state.owner:
+        # The owner claiming again with a new generation, fencing off every process that holds the old
+        # one: `supervisor run` hands the job to the process that makes its groups and takes it back when
+        # the command ends (an owner id is a fresh uuid per incarnation: nobody else presents it).
+        return ClaimVerdict.GRANTED
     if request.judged_gone and request.judged_owner == state.owner:
         return ClaimVerdict.GRANTED  # the claimer saw this owner's process gone: no need to wait
     grace = state.grace_s

@@ -12,6 +12,11 @@ Layout (every field and its default is in the README)::
     [groups.NAME]           pool, class, args, kwargs, env, init_*, restart_*, probe_*, in_flight, shutdown_*
     [metrics]               host, port, linger_s, tls_cert, tls_key
     [driver]                function, args
+    [run.groups.NAME]       (``supervisor run`` only) init_*, restart_*, probe_*, call_timeout_s, in_flight
+
+A spec for ``supervisor run`` (``load_spec(path, run=True)``) has no pools, groups, driver or metrics: the
+program places and builds its own groups. Its ``[run.groups.NAME]`` tables hold the supervision
+settings of the group verl calls NAME (its ``name_prefix``); ``supervisor.name`` is optional there.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ __all__ = [
     "GroupSpec",
     "MetricsSpec",
     "DriverSpec",
+    "RunSection",
+    "RUN_GROUP_KEYS",
+    "supervisor_name_problem",
     "load_spec",
     "parse_spec",
     "import_object",
@@ -221,6 +229,21 @@ class DriverSpec:
 
 
 @dataclass(frozen=True)
+class RunSection:
+    """``[run]``: what ``supervisor run`` applies to the groups the program creates.
+
+    Attributes:
+        groups: each ``[run.groups.NAME]`` table as a :class:`GroupSpec` (only its supervision
+            settings are set; pool and class are the program's).
+        strategy_set: the groups whose table sets ``restart_strategy`` (the others let the group
+            choose: one_for_all for ranks that form a torch.distributed group).
+    """
+
+    groups: dict[str, GroupSpec] = field(default_factory=dict)
+    strategy_set: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class SupervisorSpec:
     supervisor: SupervisorSection
     ray: RaySpec
@@ -229,6 +252,7 @@ class SupervisorSpec:
     metrics: MetricsSpec
     driver: DriverSpec | None
     base_dir: Path = Path(".")  # the spec file's directory (python_path is relative to it)
+    run: RunSection | None = None  # a spec for `supervisor run` (then pools, groups and driver are empty)
 
     @property
     def name(self) -> str:
@@ -291,9 +315,17 @@ class SupervisorSpec:
 _TOML_KEYS = {"worker_class": "class"}  # dataclass field -> TOML key, where Python reserves the word
 _SUPERVISOR_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
+_RUN_SECTIONS = {"supervisor", "ray", "run"}
+RUN_GROUP_KEYS = frozenset(
+    {
+        "actor_start_timeout_s", "init_method", "init_kwargs", "init_timeout_s", "init_attempts", "restart_strategy", "max_restarts",
+        "restart_window_s", "backoff_initial_s", "backoff_max_s", "probe_period_s", "probe_timeout_s", "call_timeout_s", "in_flight",
+    }
+)  # fmt: skip
+"""The keys of a ``[run.groups.NAME]`` table: how a group is supervised, not what it is or where it runs."""
 
 
-def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_budget: bool = True) -> SupervisorSpec:
+def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_budget: bool = True, run: bool = False) -> SupervisorSpec:
     """Read and validate a spec file.
 
     Args:
@@ -302,6 +334,7 @@ def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_bu
             python_path on ``sys.path``), so a typo fails here rather than in the cluster.
         check_budget: also require the groups colocated in a pool to fit one bundle (``supervisor
             doctor`` turns that off to report misfits as findings).
+        run: a spec for ``supervisor run`` (see the module docstring).
 
     Raises:
         SpecError: one line per problem; nothing has been created anywhere.
@@ -311,11 +344,11 @@ def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_bu
         text = Path(path).read_text()
     except OSError as exc:
         raise SpecError(source, [f"cannot read the spec: {exc.strerror or exc}"]) from None
-    return parse_spec(text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports, check_budget=check_budget)
+    return parse_spec(text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports, check_budget=check_budget, run=run)
 
 
 def parse_spec(
-    text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True, check_budget: bool = True
+    text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True, check_budget: bool = True, run: bool = False
 ) -> SupervisorSpec:
     """Parse and validate spec text (see :func:`load_spec`)."""
     try:
@@ -323,7 +356,16 @@ def parse_spec(
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(source, [f"not valid TOML: {exc}"]) from None
     problems: list[str] = []
-    _unknown_keys(raw, _SECTIONS, "", problems)
+    if run:
+        for key in sorted(_SECTIONS - _RUN_SECTIONS):
+            if key == "metrics" and key in raw:
+                problems.append("metrics: not served by `supervisor run` yet (the groups' metrics live in the program's process)")
+            elif key in raw:
+                problems.append(f"{key}: only for `supervisor start`; a run's program makes its own pools and groups (settings: [run.groups.NAME])")
+        _unknown_keys({k: v for k, v in raw.items() if k not in _SECTIONS}, _RUN_SECTIONS, "", problems)
+        raw = {k: v for k, v in raw.items() if k in _RUN_SECTIONS}
+    else:
+        _unknown_keys(raw, _SECTIONS, "", problems)
     # From here on only tables are looked into: a section of the wrong type was reported above.
     tables = {key: _table(raw, key, problems) for key in ("supervisor", "ray", "metrics")}
     named = {key: _named_tables(raw, key, problems) for key in ("pools", "groups")}
@@ -334,12 +376,15 @@ def parse_spec(
     metrics = _build(MetricsSpec, tables["metrics"], "metrics", problems)
     driver_raw = _table(raw, "driver", problems) if "driver" in raw else None
     driver = _build(DriverSpec, driver_raw, "driver", problems) if driver_raw is not None else None
-    spec = SupervisorSpec(supervisor, ray, pools, groups, metrics, driver, base_dir or Path("."))
+    run_section = _run_section(raw, problems) if run else None
+    spec = SupervisorSpec(supervisor, ray, pools, groups, metrics, driver, base_dir or Path("."), run_section)
     # A field whose type is wrong kept its default; rules about its value would only add noise.
     mistyped = {p.partition(": ")[0] for p in problems}
     raw_tables = {**tables, **named, "driver": driver_raw}
     problems += [
-        p for p in _check_semantics(spec, raw_tables, bool(named["pools"]) or "pools" not in raw) if not _under(p.partition(": ")[0], mistyped)
+        p
+        for p in _check_semantics(spec, raw_tables, bool(named["pools"]) or "pools" not in raw, run)
+        if not _under(p.partition(": ")[0], mistyped)
     ]
     if check_budget and not problems:  # the budget is only meaningful over valid numbers
         problems += [f"pools.{pool}: {arithmetic}" for pool, arithmetic in bundle_misfits(spec.bundles(), spec.worker_budgets())]
@@ -348,6 +393,22 @@ def parse_spec(
     if problems:
         raise SpecError(source, problems)
     return spec
+
+
+def _run_section(raw: dict[str, Any], problems: list[str]) -> RunSection:
+    table = _table(raw, "run", problems)
+    _unknown_keys(table, {"groups"}, "run.", problems)
+    group_keys = {_TOML_KEYS.get(f.name, f.name) for f in dataclasses.fields(GroupSpec)}
+    groups, strategy_set = {}, set()
+    for name, group in _named_tables(table, "groups", problems).items():
+        path = f"run.groups.{_key(name)}"
+        for key in group:
+            if key in group_keys - RUN_GROUP_KEYS:
+                problems.append(f"{path}.{key}: only for `supervisor start`'s [groups.NAME] (a run's program places and builds its groups)")
+        groups[name] = _build(GroupSpec, {k: v for k, v in group.items() if k not in group_keys - RUN_GROUP_KEYS}, path, problems)
+        if "restart_strategy" in group:
+            strategy_set.add(name)
+    return RunSection(groups, frozenset(strategy_set))
 
 
 def _under(path: str, roots: set[str]) -> bool:
@@ -466,7 +527,7 @@ def _describe(value: Any) -> str:
     return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
 
-def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) -> list[str]:
+def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, run: bool = False) -> list[str]:
     """Cross-field rules, each delegated to the library's own validator where one exists."""
     problems: list[str] = []
 
@@ -482,10 +543,10 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
 
     sup = spec.supervisor
     if "name" not in raw["supervisor"]:
-        problems.append("supervisor.name: required (it names the pools, actors and state record)")
-    elif not _SUPERVISOR_NAME.fullmatch(sup.name):
-        # No dot: "<name>." prefixes the supervisor's placement groups, and must not match another's.
-        problems.append(f"supervisor.name: {sup.name!r} must be 1 to 64 letters, digits, '_' or '-'")
+        if not run:  # a run without a name gets one made up
+            problems.append("supervisor.name: required (it names the pools, actors and state record)")
+    elif supervisor_name_problem(sup.name):
+        problems.append(f"supervisor.name: {supervisor_name_problem(sup.name)}")
     positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
     positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
     positive("supervisor.detached_grace_s", sup.detached_grace_s)
@@ -502,7 +563,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
         problems.append(f"ray.local_nodes: must be >= 1, got {spec.ray.local_nodes}")
     positive("ray.num_cpus", spec.ray.num_cpus)
     positive("ray.num_gpus", spec.ray.num_gpus, allow_zero=True)
-    if not spec.pools and pools_ok:
+    if not spec.pools and pools_ok and not run:
         problems.append("pools: at least one pool is required ([pools.NAME])")
     for name, pool in spec.pools.items():
         path = f"pools.{name}"
@@ -514,16 +575,21 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
         check(f"{path}.capacity_factor", lambda p=pool: check_capacity_factor(p.capacity_factor))
         positive(f"{path}.resource_timeout_s", pool.resource_timeout_s)
         positive(f"{path}.progress_interval_s", pool.progress_interval_s)
-    if not spec.groups:
+    if not spec.groups and not run:
         problems.append("groups: at least one group is required ([groups.NAME])")
-    for name, group in spec.groups.items():
-        path = f"groups.{name}"
-        group_raw = raw["groups"][name]
-        if "pool" not in group_raw:
+    described = {f"groups.{n}": (g, raw["groups"][n]) for n, g in spec.groups.items()}
+    if spec.run is not None:  # a run's group has neither pool nor class: only its settings are checked
+        described.update({f"run.groups.{n}": (g, {"pool": "", "class": ""}) for n, g in spec.run.groups.items()})
+    for path, (group, group_raw) in described.items():
+        if path.startswith("run."):
+            pass
+        elif "pool" not in group_raw:
             problems.append(f"{path}.pool: required (one of: {', '.join(spec.pools) or 'no pools defined'})")
         elif isinstance(group.pool, str) and group.pool not in spec.pools:
             problems.append(f"{path}.pool: pool {group.pool!r} is not defined (pools: {', '.join(spec.pools) or 'none'})")
-        if "class" not in group_raw:
+        if path.startswith("run."):
+            pass
+        elif "class" not in group_raw:
             problems.append(f"{path}.class: required ('module:Class' of the worker)")
         elif isinstance(group.worker_class, str) and not _is_import_path(group.worker_class):
             problems.append(f"{path}.class: expected 'module:Class', got {group.worker_class!r}")
@@ -572,6 +638,14 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool) 
         elif not _is_import_path(spec.driver.function):
             problems.append(f"driver.function: expected 'module:function', got {spec.driver.function!r}")
     return problems
+
+
+def supervisor_name_problem(name: str) -> str | None:
+    """What is wrong with a supervisor name (None: nothing)."""
+    if _SUPERVISOR_NAME.fullmatch(name):
+        return None
+    # No dot: "<name>." prefixes the supervisor's placement groups, and must not match another's.
+    return f"{name!r} must be 1 to 64 letters, digits, '_' or '-'"
 
 
 def _check_env(env: dict[str, str]) -> None:

@@ -91,6 +91,22 @@ def _require_ray() -> Any:
     return ray
 
 
+def _named_in_another_namespace(pg_name: str) -> Any | None:
+    """A live placement group named ``pg_name`` created from another Ray namespace, or None.
+
+    Ray looks names up in the caller's namespace only, and ``supervisor run``'s programs each run in
+    a namespace of their own: the pool a detached run left is found by its name, which the supervisor's
+    prefix makes unique."""
+    import ray
+    from ray.util import placement_group_table
+    from ray.util.placement_group import PlacementGroup
+
+    for pg_id, info in placement_group_table().items():
+        if info.get("name") == pg_name and info.get("state") != "REMOVED":
+            return PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id)))
+    return None
+
+
 def _pg_state(pg: Any) -> str:
     from ray.util import placement_group_table
 
@@ -328,7 +344,7 @@ class ResourcePool:
         try:
             pg = get_placement_group(pg_name)
         except ValueError:
-            return None
+            return _named_in_another_namespace(pg_name)
         return None if _pg_state(pg) == "REMOVED" else pg
 
     def _rank_order(self, ray: Any, pgs: list[Any]) -> list[Any]:
