@@ -43,8 +43,9 @@ $(VERL_SRC)/verl/protocol.py: | setup
 	$(BIN)/python -m pip download --quiet "verl==$(VERL_VERSION)" --no-deps --no-binary :all: -d $(VERL_SRC)
 	tar xzf $(VERL_SRC)/verl-$(VERL_VERSION).tar.gz -C $(VERL_SRC) --strip-components=1
 
+# Tests marked `verl` need the installed verl: they run in the second environment (test-verl), not here.
 test: setup tools verl-src
-	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q
+	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q -m "not verl"
 	$(MAKE) test-tensordict-range
 	$(MAKE) test-verl
 
@@ -77,10 +78,10 @@ $(VERL_VENV)/.installed: pyproject.toml
 	touch $@
 
 # In the second environment: verl's own CPU tests against the compat layer (the conformance suite),
-# the supervised verl groups and `supervisor run` with the installed verl, and, at the dependency
-# floors, the protocol, the compat layer, the import checks, authentication and loopback, the owner
-# fence, the CLI and the metrics against a real Prometheus.
-VERL_ENV_TESTS ?= tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py tests/test_auth.py \
+# the supervised verl groups and `supervisor run` with the installed verl (the `verl`-marked tests), and,
+# at the dependency floors, the protocol, the compat layer, the import checks, authentication and
+# loopback, the owner fence, the CLI and the metrics against a real Prometheus.
+VERL_ENV_TESTS ?= tests/test_integration_verl.py tests/test_run_verl.py tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py tests/test_auth.py \
 	tests/test_security.py tests/test_fence.py tests/test_cli.py tests/test_observability.py
 test-verl: verl-env verl-src tools conformance
 	EXPECT_TENSORDICT=0.10.0 VERL_SRC=$(abspath $(VERL_SRC)) $(VBIN)/python -m pytest -q -p no:cacheprovider $(VERL_ENV_TESTS)
