@@ -50,6 +50,21 @@ class Run:
         self._log.close()
 
 
+def shared_cluster(namespace: str):
+    """A one-node loopback cluster the test process drives (in ``namespace``), shut down after the
+    module: the body of a module-scoped ``cluster`` fixture."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    try:
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False, namespace=namespace)
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
 def run_factory(cluster, tmp_path):
     """The body of a ``runs`` fixture: start runs against ``cluster``; clean up whatever they left."""
     started: list[Run] = []

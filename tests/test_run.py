@@ -19,7 +19,16 @@ import uuid
 import pytest
 from click.testing import CliRunner
 from daemon_harness import TESTS_DIR
-from run_harness import ENV, assert_nothing_left, live_pgs, reports, run_factory, status_json, wait_for
+from run_harness import (
+    ENV,
+    assert_nothing_left,
+    live_pgs,
+    reports,
+    run_factory,
+    shared_cluster,
+    status_json,
+    wait_for,
+)
 
 from supervisor.cli.commands import main
 from supervisor.daemon.spec import SpecError, parse_spec
@@ -150,16 +159,7 @@ def test_dead_cluster_is_one_line_and_125():
 # -- runs against a real cluster ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
-    try:
-        ray.init(address=c.address, include_dashboard=False, log_to_driver=False, namespace="run-tests")
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
+    yield from shared_cluster("run-tests")
 
 
 @pytest.fixture

@@ -35,12 +35,12 @@ from ..observability import metrics
 from ..observability.log import get_logger
 from ..supervision import GroupState
 from .claim import AlreadyRunningError, claim
-from .cluster import connect
 from .fence import OwnerFence
 from .heartbeat import Heartbeat
 from .job import Job
 from .record import DaemonState, RecordStore
 from .spec import SigtermAction, SupervisorSpec
+from .spec_cluster import SpecCluster
 from .startup import JobStarter
 from .stop import ExitCode, StopReason, TeardownScope, teardown_scope
 from .teardown import tear_down
@@ -84,7 +84,7 @@ class Daemon:
         self._stop_event = threading.Event()
         self._stop_reason: StopReason | None = None
         self._error: str | None = None
-        self._embedded: Any = None
+        self._cluster = SpecCluster(spec, self.address)
         self._metrics_server: Any = None
         self._heartbeat = Heartbeat(self.job, self.request_stop, lambda: self._stop_reason is not None)
 
@@ -156,29 +156,13 @@ class Daemon:
     # -- connect --------------------------------------------------------------------------------
     def _connect(self) -> None:
         paths = self.spec.python_path()
-        init_kwargs: dict[str, Any] = {"namespace": self.spec.namespace, "log_to_driver": False, "logging_level": "WARNING"}
-        if self.address:
-            pythonpath = os.pathsep.join([*paths, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
-            # Actors (detached ones too) inherit the job's env_vars: they import user modules from here.
-            connect(
-                self.address, self.spec.path(self.spec.ray.auth_token_path), runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_kwargs
-            )
-        else:
-            from .embedded_ray import EmbeddedRay
-
-            if self.spec.ray.auth_token_path:
-                log.warning("auth_token_path_unused", reason="no cluster address: the embedded Ray makes a token of its own")
-            self._embedded = EmbeddedRay(self.spec.name, self.spec.ray, paths)
-            self.address = self._embedded.start(**init_kwargs)
+        pythonpath = os.pathsep.join([*paths, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+        # Actors (detached ones too) inherit the job's env_vars: they import user modules from here.
+        self.address = self._cluster.connect(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
         self.job.store = RecordStore()
 
     def _disconnect(self) -> None:
-        import ray
-
-        if self._embedded is not None:
-            self._embedded.stop()
-        elif ray.is_initialized():
-            ray.shutdown()
+        self._cluster.disconnect()
 
     # -- metrics --------------------------------------------------------------------------------
     def _start_metrics(self) -> None:

@@ -36,6 +36,7 @@ from ..daemon.loopback import LOOPBACK_ENV
 from ..daemon.ownership import find_owned
 from ..daemon.record import DaemonState, RecordStore
 from ..daemon.spec import SupervisorSpec
+from ..daemon.spec_cluster import SpecCluster
 from ..errors import SupersededError, SupervisorError, first_line
 from ..observability.log import get_logger
 from .descriptor import RunDescriptor, child_environment
@@ -83,7 +84,7 @@ class RunLauncher:
         # The command gets the user's environment, not what connecting did to this process's (Ray sets
         # a token mode and path for its driver, PYTHONBREAKPOINT...): its own ray.init decides those.
         self._user_env = dict(os.environ)
-        self._embedded: Any = None
+        self._cluster = SpecCluster(spec, self.address)
         self._child: subprocess.Popen[bytes] | None = None
         self._pending_signal: int | None = None
         self._ending = False
@@ -145,7 +146,7 @@ class RunLauncher:
     def _command_base_env(self) -> dict[str, str]:
         env = dict(self._user_env)
         carried = [LOOPBACK_ENV]  # a loopback cluster keeps the command's Ray processes on loopback too
-        if self._embedded is not None:
+        if self._cluster.embedded is not None:
             carried += list(AUTH_ENV_VARS)  # the embedded Ray's fresh token: the command cannot guess it
         for key in carried:
             if key in os.environ:
@@ -277,25 +278,12 @@ class RunLauncher:
 
     # -- the cluster ------------------------------------------------------------------------------
     def _connect(self) -> None:
-        init_kwargs: dict[str, Any] = {"namespace": self.spec.namespace, "log_to_driver": False, "logging_level": "WARNING"}
-        if self.address:
-            from ..daemon.cluster import connect
-
-            connect(self.address, self.spec.path(self.spec.ray.auth_token_path), **init_kwargs)
-        else:
-            from ..daemon.embedded_ray import EmbeddedRay
-
-            self._embedded = EmbeddedRay(self.spec.name, self.spec.ray, self.spec.python_path())
-            self.address = self._embedded.start(**init_kwargs)
+        # No runtime_env: the command's program is a Ray job of its own and sets its own.
+        self.address = self._cluster.connect()
         self.job.store = RecordStore()
 
     def _disconnect(self) -> None:
-        import ray
-
-        if self._embedded is not None:
-            self._embedded.stop()
-        elif ray.is_initialized():
-            ray.shutdown()
+        self._cluster.disconnect()
 
 
 def _terminal_foreground() -> bool:

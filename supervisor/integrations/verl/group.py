@@ -45,6 +45,7 @@ from ...supervision.supervisor import GroupSupervisor
 from .host import HostedGroup, current_host
 from .modes import read_verl_method_spec
 from .pool import POOL_NAME_ATTR, library_pool_of
+from .program_exit import stop_at_exit
 from .strategy import choose_strategy
 
 __all__ = ["SupervisedRayWorkerGroup", "VerlRanks", "DEFAULT_INIT_METHOD"]
@@ -328,6 +329,7 @@ class SupervisedRayWorkerGroup:
                 standbys=0,  # verl's Worker reads RANK in its constructor: no rank-less standbys
             )
             self.supervisor = GroupSupervisor(group, config, hooks).start()
+            stop_at_exit(self.supervisor)
             if self._init_method is not None:
                 setattr(group, self._init_method, _ArmingInit(self, getattr(group, self._init_method)))
             log.info(
