@@ -369,5 +369,5 @@ def test_the_command_gets_the_users_environment_not_what_connecting_set(monkeypa
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     env = launcher._command_base_env()
     assert "RAY_AUTH_MODE" not in env and env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
-    launcher._embedded = object()
+    launcher._cluster.embedded = object()  # as if it had started an embedded Ray
     assert launcher._command_base_env()["RAY_AUTH_MODE"] == "token"
