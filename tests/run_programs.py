@@ -35,6 +35,7 @@ def group(out: Path, exit_code: int) -> int:
     pool_name = host.pool_name("counters pool")
     pool = ResourcePool([2], use_gpu=False, max_colocate_count=1, name_prefix=pool_prefix_of(host.name, pool_name), detached=True)
     pool.fence = host.fence
+    pool.adopt_from_any_namespace = True  # as the verl integration sets for a host's pools
     from workers import CounterWorker
 
     group = create_group(

@@ -440,6 +440,37 @@ def test_teardown_leaves_no_placement_group_or_actor(ray_cluster, no_leaks):
     group.teardown()  # idempotent
 
 
+def test_colocated_workers_run_as_verls_own_group_unsupervised_and_leave_nothing(ray_cluster, no_leaks, capfd):
+    """verl's trainer builds every group from create_colocated_worker_cls and spawns a group per role;
+    supervising those would need each role's init replayed on a replacement, which does not exist yet.
+    So the group is verl's own RayWorkerGroup (it says so), on the supervisor's pool, and works as in
+    verl."""
+    import ray
+    from verl.single_controller.ray import base as verl_base
+
+    from examples.verl import workers
+    from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.patch import verl_original
+
+    pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="colo-pool")
+    roles = {"actor": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker)), "ref": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker), scale=3.0)}
+    colocated = verl_base.create_colocated_worker_cls(roles)
+    group = SupervisedRayWorkerGroup(resource_pool=pool, ray_cls_with_init=colocated, name_prefix="colo")
+    try:
+        assert type(group) is verl_original("RayWorkerGroup")
+        assert "verl_group_unsupervised" in capfd.readouterr().err
+        spawned = group.spawn(prefix_set={"actor", "ref"})
+        spawned["actor"].init_model()
+        spawned["ref"].init_model()
+        out = spawned["ref"].compute(_batch(4))
+        order = out.batch["idx"].argsort()
+        assert out.batch["x"][order].tolist() == [3.0, 6.0, 9.0, 12.0]
+    finally:
+        for handle in group.workers:
+            ray.kill(handle, no_restart=True)
+        pool.teardown()
+
+
 def test_impossible_resources_are_a_one_line_error_and_leave_nothing(ray_cluster, no_leaks):
     from supervisor.placement.resource_wait import InfeasibleResourcesError
 

@@ -371,3 +371,27 @@ def test_the_command_gets_the_users_environment_not_what_connecting_set(monkeypa
     assert "RAY_AUTH_MODE" not in env and env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
     launcher._cluster.embedded = object()  # as if it had started an embedded Ray
     assert launcher._command_base_env()["RAY_AUTH_MODE"] == "token"
+
+
+def test_only_a_supervisors_pool_adopts_placement_groups_from_another_namespace(cluster):
+    """Ray finds a placement group by name in the caller's namespace only; the fallback that scans every
+    namespace (a detached run's pools, adopted by the next run's program) is for pools a supervisor's
+    prefix names, never for a plain pool that happens to share a name with another job's."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from supervisor.placement.pool import ResourcePool
+
+    pg = placement_group([{"CPU": 0.01}], name="other-job:pg1:0")
+    ray.get(pg.ready(), timeout=60)
+    try:
+
+        def elsewhere(name):  # what get_placement_group does in a namespace that has no such name
+            raise ValueError(name)
+
+        assert ResourcePool._find_existing(elsewhere, "other-job:pg1:0", any_namespace=False) is None
+        found = ResourcePool._find_existing(elsewhere, "other-job:pg1:0", any_namespace=True)
+        assert found is not None and found.id == pg.id
+        assert ResourcePool([1], use_gpu=False).adopt_from_any_namespace is False
+    finally:
+        remove_placement_group(pg)

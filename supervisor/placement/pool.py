@@ -92,11 +92,8 @@ def _require_ray() -> Any:
 
 
 def _named_in_another_namespace(pg_name: str) -> Any | None:
-    """A live placement group named ``pg_name`` created from another Ray namespace, or None.
-
-    Ray looks names up in the caller's namespace only, and ``supervisor run``'s programs each run in
-    a namespace of their own: the pool a detached run left is found by its name, which the supervisor's
-    prefix makes unique."""
+    """A live placement group named ``pg_name`` created from any Ray namespace, or None (for a pool
+    whose names a supervisor's prefix makes unique: :attr:`ResourcePool.adopt_from_any_namespace`)."""
     import ray
     from ray.util import placement_group_table
     from ray.util.placement_group import PlacementGroup
@@ -158,6 +155,11 @@ class ResourcePool:
         self.strategy = PlacementStrategy.parse(strategy)
         self.accelerator_type = accelerator_type
         self.n_gpus_per_node = n_gpus_per_node
+        # Ray finds placement groups by name in the caller's namespace only. A pool whose names a
+        # supervisor owns (``supervisor run``'s, whose programs each get a namespace of their own) also
+        # adopts its placement groups from another namespace; any other pool must not, or two jobs
+        # with the same pool name would share one job's bundles.
+        self.adopt_from_any_namespace = False
         self.capacity_factor = check_capacity_factor(capacity_factor)
         self.pgs: list[Any] | None = None
         self.spare_pg: Any | None = None  # the placement group of the spare bundles, once ready
@@ -324,7 +326,7 @@ class ResourcePool:
         # A placement group of that name left by an earlier incarnation (a detached pool) is adopted.
         from ray.util import get_placement_group, placement_group
 
-        existing = self._find_existing(get_placement_group, pg_name)
+        existing = self._find_existing(get_placement_group, pg_name, self.adopt_from_any_namespace)
         if existing is not None:
             if list(existing.bundle_specs) != bundles:
                 raise PlacementError(
@@ -340,11 +342,11 @@ class ResourcePool:
         return pg
 
     @staticmethod
-    def _find_existing(get_placement_group: Any, pg_name: str) -> Any | None:
+    def _find_existing(get_placement_group: Any, pg_name: str, any_namespace: bool) -> Any | None:
         try:
             pg = get_placement_group(pg_name)
         except ValueError:
-            return _named_in_another_namespace(pg_name)
+            return _named_in_another_namespace(pg_name) if any_namespace else None
         return None if _pg_state(pg) == "REMOVED" else pg
 
     def _rank_order(self, ray: Any, pgs: list[Any]) -> list[Any]:

@@ -191,6 +191,19 @@ class _ArmingInit:
         return getattr(self._bound, name)
 
 
+def colocated_kind(ray_cls_with_init: Any) -> str | None:
+    """``"WorkerDict"`` for a verl colocated class, ``"FusedWorker"`` for a fused one, None for a plain
+    worker class (or no class)."""
+    if ray_cls_with_init is None:
+        return None
+    cls = getattr(ray_cls_with_init, "cls", None)
+    cls = getattr(cls, "__ray_actor_class__", cls)  # ray.remote(...) wraps the class
+    qualname = str(getattr(cls, "__qualname__", ""))
+    if qualname.startswith(("create_colocated_worker_cls.", "create_colocated_worker_raw_cls.")) or getattr(ray_cls_with_init, "fused_worker_used", False):
+        return qualname.rpartition(".")[2] or "FusedWorker"
+    return None
+
+
 class SupervisedRayWorkerGroup:
     """verl's ``RayWorkerGroup(resource_pool=None, ray_cls_with_init=None, bin_pack=True,
     name_prefix=None, detached=False, worker_names=None, worker_handles=None,
@@ -214,6 +227,26 @@ class SupervisedRayWorkerGroup:
         InfeasibleResourcesError / ResourceWaitTimeout / ActorStartError: as ``create_group``;
             nothing this call created survives.
     """
+
+    def __new__(cls, resource_pool: Any = None, ray_cls_with_init: Any = None, *args: Any, **kwargs: Any) -> Any:
+        kind = colocated_kind(ray_cls_with_init)
+        if resource_pool is None or kind is None:
+            return super().__new__(cls)
+        # A colocated or fused class (verl's trainer builds every group so) runs each role's init on
+        # the same actor: a replacement would need every role's init replayed, in the program's order,
+        # behind the role groups `spawn` makes. Until that exists such a group is verl's own, not
+        # supervised, and says so; its pool is still the supervisor's, so teardown removes it.
+        from .patch import verl_original
+
+        log.warning(
+            "verl_group_unsupervised", group=kwargs.get("name_prefix"), worker_class=kind,
+            reason="colocated/fused workers (create_colocated_worker_cls, create_colocated_worker_raw_cls) are not supervised yet: verl's own RayWorkerGroup runs them",
+        )  # fmt: skip
+        verl_cls = verl_original("RayWorkerGroup")
+        group = verl_cls.__new__(verl_cls)
+        kwargs.pop("restart_strategy", None), kwargs.pop("supervision", None), kwargs.pop("init_method", None)
+        verl_cls.__init__(group, resource_pool, ray_cls_with_init, *args, **kwargs)
+        return group
 
     def __init__(
         self,

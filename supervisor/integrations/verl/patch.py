@@ -20,7 +20,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-__all__ = ["install", "installed", "PATCHED_NAMES"]
+__all__ = ["install", "installed", "PATCHED_NAMES", "verl_original"]
 
 _BASE = "verl.single_controller.ray.base"
 _TRIGGERS = frozenset({_BASE, "verl.single_controller.ray"})
@@ -81,6 +81,14 @@ def install() -> None:
             sys.meta_path.insert(0, _finder)
     if _BASE in sys.modules:
         _patch_loaded()
+
+
+def verl_original(name: str) -> type:
+    """verl's own class ``name`` (one of :data:`PATCHED_NAMES`), patched or not (imports verl)."""
+    import importlib
+
+    base = importlib.import_module(_BASE)
+    return getattr(base, _ORIGINAL_PREFIX + name, None) or getattr(base, name)  # type: ignore[no-any-return]
 
 
 def _patch_loaded() -> None:

@@ -83,6 +83,7 @@ def library_pool_of(pool: Any, strategy: Any = None, host: GroupHost | None = No
     )
     if host is not None:
         library.fence = host.fence
+        library.adopt_from_any_namespace = True  # a detached run's pools, found by the next run
     setattr(pool, _LIBRARY_POOL_ATTR, library)
     setattr(pool, POOL_NAME_ATTR, short)
     return library
