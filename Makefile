@@ -2,7 +2,7 @@
 #
 # torch: a CPU-only machine must not pull the multi-GB CUDA build that an unpinned `torch` resolves to.
 # The set-up installs TORCH_SPEC first unless the venv already has a torch (which it then keeps); the
-# project's own requirement (torch>=2.13.0) is then already satisfied.
+# project's own requirement (torch>=2.7.0) is then already satisfied.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
@@ -58,18 +58,21 @@ test: setup tools verl-src
 # may report).
 VERL_VENV ?= .venv-verl
 VBIN := $(VERL_VENV)/bin
-# The floor of every runtime dependency in pyproject.toml but two: tensordict's (0.8.0) is tested by
-# test-tensordict-range, and torch cannot be (this machine installs no torch but 2.13.0).
-DEPENDENCY_FLOORS ?= "ray[default]==2.52.0" "numpy==2.0.0" "prometheus-client==0.24.0" "structlog==20.2.0" "tenacity==8.1.0" "click==8.0.0"
+# The floor of every runtime dependency, read from pyproject.toml (.ci/floors.py says which two are
+# tested otherwise, and why).
+DEPENDENCY_FLOORS ?= $(shell $(PYTHON) .ci/floors.py | sed 's/.*/"&"/')
 # verl 0.9.1's pins for what its single controller and protocol import (tensordict: its newest).
 VERL_LIGHT_DEPS ?= "tensordict==0.10.0" "omegaconf" "transformers>=5.5.3,!=5.6.0,<5.11"
 
 verl-env: $(VERL_VENV)/.installed
 
+# Built from scratch each time: the check below means something only in a venv ray-supervisor was
+# never installed into.
 $(VERL_VENV)/.installed: pyproject.toml
-	test -x $(VBIN)/python || $(PYTHON) -m venv $(VERL_VENV)
+	@test -n '$(DEPENDENCY_FLOORS)' || { echo "no dependency floors from .ci/floors.py" >&2; exit 1; }
+	rm -rf $(VERL_VENV) && $(PYTHON) -m venv $(VERL_VENV)
 	$(VBIN)/python -m pip install --quiet --upgrade pip
-	$(VBIN)/python -c "import torch" 2>/dev/null || $(VBIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(VBIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(VBIN)/python -m pip install --quiet --no-deps "verl==$(VERL_VERSION)"
 	$(VBIN)/python -m pip install --quiet $(DEPENDENCY_FLOORS) $(VERL_LIGHT_DEPS)
 	$(VBIN)/python -m pip freeze --exclude-editable > $(VERL_VENV)/before.txt

@@ -34,7 +34,12 @@ def main(before_path: str) -> int:
     now = _frozen(subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], check=True, capture_output=True, text=True).stdout)
     problems = [f"{name}: {version} before, {now.get(name, 'not installed')} after installing ray-supervisor" for name, version in sorted(before.items()) if now.get(name) != version]
     check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    problems += [f"pip check: {line}" for line in check.stdout.splitlines() if line.strip() and not _MISSING.match(line.strip()) and line.strip() != "No broken requirements found."]
+    reported = [line.strip() for line in check.stdout.splitlines() if line.strip()]
+    problems += [f"pip check: {line}" for line in reported if not _MISSING.match(line) and line != "No broken requirements found."]
+    # pip check exits 1 for the expected missing packages too, so its status alone says nothing; but
+    # a status without a report (pip itself broke) must not pass.
+    if check.returncode != 0 and not reported:
+        problems.append(f"pip check exited {check.returncode} without a report: {check.stderr.strip()[:300]}")
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:

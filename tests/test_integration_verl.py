@@ -375,6 +375,11 @@ def _recording_host(name):
             self.unregistered.append(name)
             self.registered.pop(name, None)
 
+        closed: bool = False
+
+        def close(self):
+            self.closed = True
+
     return RecordingHost(name)
 
 

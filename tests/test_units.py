@@ -261,3 +261,22 @@ def test_errors_pickle_and_share_a_base():
         again = pickle.loads(pickle.dumps(exc))
         assert type(again) is type(exc) and str(again) == str(exc)
         assert isinstance(again, SupervisorError)
+
+
+def test_mesh_dispatch_chunks_of_a_tensordict_carry_only_their_rows():
+    """A row slice of a tensor is a view, and a view pickles its whole storage: each dp rank's chunk
+    must be a copy, or the object store gets dp_size times the batch."""
+    import pickle
+
+    import torch
+    from tensordict import TensorDict
+
+    from supervisor.core.dispatch import _chunk_tensordict
+
+    batch = TensorDict({"x": torch.zeros(1000, 1000)}, batch_size=[1000])
+    chunks = _chunk_tensordict("test", "argument 0", batch, 4)
+    whole = len(pickle.dumps(batch))
+    assert [len(c) for c in chunks] == [250] * 4
+    assert all(len(pickle.dumps(c)) < whole / 3 for c in chunks)
+    chunks[0]["x"][0, 0] = 1.0
+    assert batch["x"][0, 0].item() == 0.0  # the caller's batch is untouched

@@ -172,7 +172,9 @@ def _chunk_tensordict(mode: str, where: str, value: Any, chunks: int) -> list[An
 
     if len(value) % chunks != 0:
         raise DispatchError(f"{mode} cannot split {where} of {len(value)} rows evenly across {chunks} dp ranks")
-    return chunk_tensordict(value, chunks)
+    # Copies: a row slice is a view, and a view pickles its whole storage (each dp rank's object would
+    # carry the entire batch into the object store).
+    return [part.clone() for part in chunk_tensordict(value, chunks)]
 
 
 def dispatch_dp_compute_data_proto(worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

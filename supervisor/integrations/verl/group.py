@@ -32,7 +32,7 @@ from ...core.env import verl_worker_env_vars
 from ...core.group import DEFAULT_NAMESPACE, WorkerGroup
 from ...core.protocol_family import ProtocolFamily, register_protocol_family
 from ...core.worker import SupervisedEndpoints
-from ...errors import ConfigError, UnknownMethodError
+from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
 from ...placement.layout import BundleRef
@@ -478,14 +478,27 @@ def _namespace(host: Any) -> str:
     return namespace_of(host.name)
 
 
-def _collective(group: WorkerGroup) -> bool:
-    """Whether any started rank has joined a torch.distributed process group."""
+def _collective(group: WorkerGroup, timeout_s: float = 60.0) -> bool:
+    """Whether any started rank has joined a torch.distributed process group.
+
+    Only the ranks that answer count: a rank that died right after its constructor or the program's
+    init (an OOM kill at the end of a model load) is the supervisor's to replace, and must not turn
+    the program's successful call into an error here."""
     import ray
 
     from ...core.worker import PROBE_GROUP
 
     refs = [w._supervisor_collective.options(concurrency_group=PROBE_GROUP).remote() for w in group.workers]
-    return any(ray.get(refs, timeout=60))
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    answers = []
+    for ref in ready:
+        try:
+            answers.append(bool(ray.get(ref)))
+        except Exception as exc:  # that rank is dead or broken: the supervisor sees it too
+            log.warning("verl_strategy_probe_unanswered", group=group.name, error=first_line(exc))
+    if len(ready) < len(refs):
+        log.warning("verl_strategy_probe_unanswered", group=group.name, missing=len(refs) - len(ready), waited_s=timeout_s)
+    return any(answers)
 
 
 def _parse_strategy(value: RestartStrategy | str | None) -> RestartStrategy | None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ...supervision.config import SupervisionConfig
     from ...supervision.supervisor import GroupSupervisor
 
-__all__ = ["GroupSettings", "HostedGroup", "GroupHost", "set_host_factory", "current_host"]
+__all__ = ["GroupSettings", "HostedGroup", "GroupHost", "set_host_factory", "current_host", "made_host"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,10 @@ class GroupHost(Protocol):
         """The group was torn down by its program."""
         ...
 
+    def close(self) -> None:
+        """The program is exiting: stop the host's own threads (what it owns stays for its owner)."""
+        ...
+
 
 _lock = threading.Lock()
 _factory: Callable[[], GroupHost] | None = None
@@ -96,4 +100,10 @@ def current_host() -> GroupHost | None:
     with _lock:
         if _host is None and _factory is not None:
             _host = _factory()
+        return _host
+
+
+def made_host() -> GroupHost | None:
+    """The process's host if one was made already; never makes one (for the program's exit)."""
+    with _lock:
         return _host

@@ -4,8 +4,9 @@ A verl program never tears its groups down: its ``main`` returns and the interpr
 atexit handler (registered by ``ray.init``) then disconnects the driver, and a supervision loop still
 running sees every call fail and reports its group FAILED: a false alarm at the end of every run.
 atexit runs its handlers last-registered first, so one registered when the first group is supervised
-(after the program's ``ray.init``) stops every live supervisor before Ray shuts down. The actors are
-left alone: their owner (the program's Ray job, or ``supervisor run``) removes them.
+(after the program's ``ray.init``) stops every live supervisor, then the process's group host (its
+heartbeat would write through a disconnected Ray), before Ray shuts down. The actors are left alone:
+their owner (the program's Ray job, or ``supervisor run``) removes them.
 """
 
 from __future__ import annotations
@@ -37,3 +38,8 @@ def _stop_all() -> None:
         supervisors = list(_live)
     for supervisor in supervisors:
         supervisor.stop()
+    from .host import made_host
+
+    host = made_host()
+    if host is not None:
+        host.close()
