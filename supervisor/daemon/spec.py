@@ -318,7 +318,8 @@ _SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
 _RUN_SECTIONS = {"supervisor", "ray", "run"}
 RUN_GROUP_KEYS = frozenset(
     {
-        "actor_start_timeout_s", "init_method", "init_kwargs", "init_timeout_s", "init_attempts", "restart_strategy", "max_restarts",
+        # No init_kwargs: a replacement's init is re-run with the arguments the program called it with.
+        "actor_start_timeout_s", "init_method", "init_timeout_s", "init_attempts", "restart_strategy", "max_restarts",
         "restart_window_s", "backoff_initial_s", "backoff_max_s", "probe_period_s", "probe_timeout_s", "call_timeout_s", "in_flight",
     }
 )  # fmt: skip

@@ -345,10 +345,16 @@ class SupervisedRayWorkerGroup:
             namespace=_namespace(host),
             hooks=hooks,
             group_factory=partial(VerlRanks, master_addr=master_addr, master_port=master_port),
+            actor_start_timeout_s=(settings.config if settings is not None else (supervision or SupervisionConfig())).actor_start_timeout_s,
         )
         try:
             config = settings.config if settings is not None else (supervision or SupervisionConfig())
             self._init_method = config.init_method or init_method
+            if config.init_method is not None and config.init_method not in group.method_names:
+                raise ConfigError(
+                    f"init_method {config.init_method!r} (the spec's, for group {self.name_prefix}) is not a registered "
+                    f"method of {cls_with_init.original_cls.__name__}"
+                )
             host_strategy = config.restart.strategy if settings is not None and settings.strategy_set else None
             self._strategy_fixed = host_strategy is not None or keyword_strategy is not None
             collective = _collective(group)
