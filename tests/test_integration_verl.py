@@ -22,11 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 VERL_INSTALLED = importlib.util.find_spec("verl") is not None
-HOW_TO_RUN = (
-    "verl is not installed here: run in the verl environment, "
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 PYTHONPATH=. /work/verl-env/bin/python -m pytest tests/test_integration_verl.py "
-    "(make test-verl)"
-)
+HOW_TO_RUN = "verl is not installed here: `make test-verl` runs this in the second environment (.venv-verl, verl 0.9.1 installed)"
 pytestmark = [pytest.mark.verl, pytest.mark.skipif(not VERL_INSTALLED, reason=HOW_TO_RUN)]
 
 # The cluster's worker processes import examples.verl.workers from the repository root.

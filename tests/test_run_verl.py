@@ -20,10 +20,7 @@ from pathlib import Path
 import pytest
 from run_harness import assert_nothing_left, live_pgs, run_factory, shared_cluster, status_json, wait_for
 
-HOW_TO_RUN = (
-    "verl is not installed here: run in the verl environment, "
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 PYTHONPATH=. /work/verl-env/bin/python -m pytest tests/test_run_verl.py (make test-verl)"
-)
+HOW_TO_RUN = "verl is not installed here: `make test-verl` runs this in the second environment (.venv-verl, verl 0.9.1 installed)"
 # A run starts a verl job whose workers import torch: minutes on a small shared machine.
 pytestmark = [pytest.mark.verl, pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason=HOW_TO_RUN), pytest.mark.timeout(900)]
 
