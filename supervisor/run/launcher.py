@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -121,8 +122,7 @@ class RunLauncher:
         finally:
             self._ending = True
             self._stop_beat.set()
-            if self._beat_thread is not None:
-                self._beat_thread.join(self.spec.supervisor.heartbeat_interval_s + 5)
+            self._join_beat()
             try:
                 self._end()
             finally:
@@ -219,8 +219,20 @@ class RunLauncher:
         if host is not None and host.pid != os.getpid() and host.provably_gone():
             self._take_back(reason="the host process is gone")
 
+    def _join_beat(self) -> None:
+        # All the way: a beat thread still in a fence call could take the record back (a new
+        # generation) in the middle of _end's teardown and fence it off. Its calls are bounded (a fence
+        # call, a claim's start of a fence actor), so this ends; it says what it waits for meanwhile.
+        thread, started = self._beat_thread, time.monotonic()
+        while thread is not None and thread.is_alive():
+            thread.join(5.0)
+            if thread.is_alive():
+                log.info("waiting_for_run_heartbeat", supervisor=self.spec.name, waited_s=round(time.monotonic() - started, 1), why="it is in a fence call")
+
     def _take_back(self, reason: str) -> None:
         """Claim the supervisor back with our owner id and beat the record again (from the host's last)."""
+        if self._ending:  # _end claims it back itself
+            return
         sup, store = self.spec.supervisor, self.job.store
         assert store is not None
         fence = OwnerFence(self.spec.name)
