@@ -282,6 +282,7 @@ class RunLauncher:
             fence.write_record(record.to_json(), record.heartbeat_seq)
             fence.remove_owned(owned)
             fence.retire()
+            store.clear_stop(name, self.owner)  # a `supervisor stop` that ended this run is done
             log.info("run_torn_down", supervisor=name, placement_groups=sorted(owned.placement_groups), actors=owned.actors)
         except SupersededError as exc:
             log.error("run_left_to_new_owner", supervisor=name, error=str(exc))
