@@ -52,10 +52,19 @@ class Run:
 
 def shared_cluster(namespace: str):
     """A one-node loopback cluster the test process drives (in ``namespace``), shut down after the
-    module: the body of a module-scoped ``cluster`` fixture."""
+    module: the body of a module-scoped ``cluster`` fixture.
+
+    Without Ray's token authentication, whatever earlier tests of this process left in its environment
+    (connecting to an embedded daemon's Ray presents its token through RAY_AUTH_MODE/RAY_AUTH_TOKEN_PATH):
+    the commands under test get ENV, taken before any test ran, and must be able to join it."""
     import ray
     from ray.cluster_utils import Cluster
 
+    from supervisor.daemon.auth import AUTH_ENV_VARS, restore_env, saved_env, withdraw
+
+    saved = saved_env()
+    withdraw()
+    restore_env(dict.fromkeys(AUTH_ENV_VARS))
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
     try:
         ray.init(address=c.address, include_dashboard=False, log_to_driver=False, namespace=namespace)
@@ -63,6 +72,7 @@ def shared_cluster(namespace: str):
     finally:
         ray.shutdown()
         c.shutdown()
+        restore_env(saved)
 
 
 def run_factory(cluster, tmp_path):
