@@ -451,7 +451,7 @@ def test_colocated_workers_run_as_verls_own_group_unsupervised_and_leave_nothing
 
     from examples.verl import workers
     from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
-    from supervisor.integrations.verl.patch import verl_original
+    from supervisor.integrations.verl.originals import verl_original
 
     pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="colo-pool")
     roles = {"actor": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker)), "ref": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker), scale=3.0)}

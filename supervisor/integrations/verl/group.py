@@ -236,7 +236,7 @@ class SupervisedRayWorkerGroup:
         # the same actor: a replacement would need every role's init replayed, in the program's order,
         # behind the role groups `spawn` makes. Until that exists such a group is verl's own, not
         # supervised, and says so; its pool is still the supervisor's, so teardown removes it.
-        from .patch import verl_original
+        from .originals import verl_original
 
         log.warning(
             "verl_group_unsupervised", group=kwargs.get("name_prefix"), worker_class=kind,

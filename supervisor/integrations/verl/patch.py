@@ -20,13 +20,12 @@ import threading
 from types import ModuleType
 from typing import Any
 
-__all__ = ["install", "installed", "PATCHED_NAMES", "verl_original"]
+from .originals import ORIGINAL_PREFIX, VERL_RAY_BASE
 
-_BASE = "verl.single_controller.ray.base"
-_TRIGGERS = frozenset({_BASE, "verl.single_controller.ray"})
+__all__ = ["install", "installed", "PATCHED_NAMES"]
+
+_TRIGGERS = frozenset({VERL_RAY_BASE, "verl.single_controller.ray"})
 PATCHED_NAMES = ("RayWorkerGroup", "RayResourcePool")
-# verl's original classes stay reachable on verl's module under these names.
-_ORIGINAL_PREFIX = "_supervisor_original_"
 
 _lock = threading.RLock()
 _finder: _PostImportFinder | None = None
@@ -79,28 +78,20 @@ def install() -> None:
         if _finder is None:
             _finder = _PostImportFinder()
             sys.meta_path.insert(0, _finder)
-    if _BASE in sys.modules:
+    if VERL_RAY_BASE in sys.modules:
         _patch_loaded()
-
-
-def verl_original(name: str) -> type:
-    """verl's own class ``name`` (one of :data:`PATCHED_NAMES`), patched or not (imports verl)."""
-    import importlib
-
-    base = importlib.import_module(_BASE)
-    return getattr(base, _ORIGINAL_PREFIX + name, None) or getattr(base, name)  # type: ignore[no-any-return]
 
 
 def _patch_loaded() -> None:
     with _lock:
-        base = sys.modules.get(_BASE)
+        base = sys.modules.get(VERL_RAY_BASE)
         if base is None:
             return
         originals = {}
         for name in PATCHED_NAMES:
-            if not hasattr(base, _ORIGINAL_PREFIX + name):  # first time: remember verl's own class
-                setattr(base, _ORIGINAL_PREFIX + name, getattr(base, name))
-            originals[name] = getattr(base, _ORIGINAL_PREFIX + name)
+            if not hasattr(base, ORIGINAL_PREFIX + name):  # first time: remember verl's own class
+                setattr(base, ORIGINAL_PREFIX + name, getattr(base, name))
+            originals[name] = getattr(base, ORIGINAL_PREFIX + name)
         # Imported only now (verl is loaded): they subclass and read verl's originals.
         from .group import SupervisedRayWorkerGroup
         from .pool import SupervisedRayResourcePool
