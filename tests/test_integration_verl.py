@@ -44,9 +44,10 @@ def _seed_group(name, process_on_nodes, worker="SeedWorker", **kwargs):
 
     from examples.verl import workers
     from supervisor.integrations.verl import SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.originals import verl_original
 
     # verl's own RayResourcePool and RayClassWithInitArgs, whatever a patch did to the module names.
-    pool_cls = getattr(verl_base, "_supervisor_original_RayResourcePool", verl_base.RayResourcePool)
+    pool_cls = verl_original("RayResourcePool")
     pool = pool_cls(process_on_nodes=process_on_nodes, use_gpu=True, max_colocate_count=1, name_prefix=f"{name}-pool")
     cia = verl_base.RayClassWithInitArgs(ray.remote(getattr(workers, worker)))
     group = SupervisedRayWorkerGroup(
@@ -302,8 +303,9 @@ def test_a_dispatch_mode_registered_dynamically_in_verl_is_honoured(ray_cluster)
     from verl.single_controller.ray import base as verl_base
 
     from supervisor.integrations.verl import SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.originals import verl_original
 
-    pool_cls = getattr(verl_base, "_supervisor_original_RayResourcePool", verl_base.RayResourcePool)
+    pool_cls = verl_original("RayResourcePool")
     pool = pool_cls(process_on_nodes=[2], use_gpu=False, max_colocate_count=1, name_prefix="pairs-pool")
     group = SupervisedRayWorkerGroup(
         resource_pool=pool, ray_cls_with_init=verl_base.RayClassWithInitArgs(ray.remote(verl_dynamic_workers.PairWorker)),

@@ -20,6 +20,7 @@ from verl.single_controller.ray import base as verl_ray_base
 from ...errors import ConfigError
 from ...placement.pool import PlacementStrategy, ResourcePool
 from .host import current_host
+from .originals import verl_original
 
 if TYPE_CHECKING:
     from .host import GroupHost
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["SupervisedRayResourcePool", "library_pool_of", "VerlRayResourcePool", "POOL_NAME_ATTR"]
 
 # verl's own class, bound before patch.install() replaces the module attribute.
-VerlRayResourcePool: type = getattr(verl_ray_base, "_supervisor_original_RayResourcePool", verl_ray_base.RayResourcePool)
+VerlRayResourcePool: type = verl_original("RayResourcePool")
 
 # Where a verl pool keeps the library pool that reserves it (one per verl pool), and that pool's
 # name under the host (what the host's record calls it).
