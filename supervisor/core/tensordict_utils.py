@@ -195,7 +195,7 @@ def _batched_column(key: str, val: Any) -> tuple[Any, int]:
             assert val.layout == torch.jagged, f"get_tensordict: nested column {key!r} has layout {val.layout}, not torch.jagged"
         return val, val.size(0)
     assert isinstance(val, list | np.ndarray), (
-        f"get_tensordict: column {key!r} is a {type(val).__name__}, not a torch.Tensor, list, np.ndarray or NonTensorStack"
+        f"get_tensordict: column {key!r} has type {type(val).__name__}, expected torch.Tensor, list, np.ndarray or NonTensorStack"
     )
     # A NonTensorStack keeps Python objects; tensors in it would lose their tensor handling.
     assert not any(isinstance(item, torch.Tensor) for item in val), (
@@ -347,7 +347,7 @@ def make_iterator(
 
 def _assert_same_entry(key: str, first: Any, second: Any) -> None:
     assert type(first) is type(second), (
-        f"assert_tensordict_eq: {key!r} is a {type(first).__name__} in the first and a {type(second).__name__} in the second"
+        f"assert_tensordict_eq: {key!r} has type {type(first).__name__} in the first, {type(second).__name__} in the second"
     )
     if not isinstance(first, torch.Tensor):
         assert first == second, f"assert_tensordict_eq: {key!r} differs: {first!r} vs {second!r}"
@@ -445,7 +445,7 @@ def contiguous(data: TensorDict) -> TensorDict:
             metadata[key] = value
             continue
         assert isinstance(value, torch.Tensor | NonTensorStack), (
-            f"contiguous: {key!r} is a {type(value).__name__}, not a tensor, NonTensorStack or NonTensorData"
+            f"contiguous: {key!r} has type {type(value).__name__}, expected a tensor, NonTensorStack or NonTensorData"
         )
         columns[key] = value if isinstance(value, NonTensorStack) else value.contiguous()
     return get_tensordict(tensor_dict=columns, non_tensor_dict=metadata)
