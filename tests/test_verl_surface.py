@@ -78,7 +78,7 @@ def test_batch_data_refuses_what_it_cannot_handle():
     assert not BatchData([]).is_concatable()
     assert not BatchData([1, 2]).is_concatable()
     assert BatchData(_rows(2)).is_chunkable()
-    with pytest.raises(ValueError, match="empty list"):
+    with pytest.raises(ValueError, match="BatchData.concat: there are no parts to concatenate"):
         BatchData([]).concat()
 
 
