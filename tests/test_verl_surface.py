@@ -78,7 +78,7 @@ def test_batch_data_refuses_what_it_cannot_handle():
     assert not BatchData([]).is_concatable()
     assert not BatchData([1, 2]).is_concatable()
     assert BatchData(_rows(2)).is_chunkable()
-    with pytest.raises(ValueError, match="empty list"):
+    with pytest.raises(ValueError, match="BatchData.concat: there are no parts to concatenate"):
         BatchData([]).concat()
 
 
@@ -130,7 +130,7 @@ def test_resource_pool_manager_maps_roles_to_pools_and_counts_gpus(one_node_clus
     assert manager.max_colocate_count == 3
     assert manager.get_n_gpus() == 5
     # The one-node test cluster has no GPUs: the pools are built, then the check refuses the spec.
-    with pytest.raises(ValueError, match="Total available GPUs 0 is less than total desired GPUs 5"):
+    with pytest.raises(ValueError, match="the resource pool spec needs 5 GPUs, the cluster has 0 available"):
         manager.create_resource_pool()
     pool = manager.get_resource_pool("actor")
     assert isinstance(pool, RayResourcePool)
@@ -198,7 +198,7 @@ def test_get_master_addr_port_fails_on_a_range_without_a_free_port(one_node_clus
     with socket.socket() as busy:
         busy.bind(("", 0))
         taken = busy.getsockname()[1]
-        with pytest.raises(RuntimeError, match="Could not find a free port"):
+        with pytest.raises(RuntimeError, match="no port of .* is free on this node"):
             ray.get(get_master_addr_port.remote(master_port_range=[taken, taken + 1]))
 
 
@@ -229,9 +229,9 @@ def test_extract_pg_from_exist_gives_each_entry_a_large_enough_group_in_store_or
     }
     picked = extract_pg_from_exist(pools, ["actor", "critic"], _FakePool([2, 8, 4]))
     assert [pg.name for pg in picked] == ["a2", "c8", "a4"]
-    with pytest.raises(AssertionError, match="bundle count cannot satisfy"):
+    with pytest.raises(AssertionError, match="entry 0 needs 3 bundles, the largest placement group left has 2"):
         extract_pg_from_exist(pools, ["actor"], _FakePool([3, 3]))
-    with pytest.raises(AssertionError, match="no enough nodes"):
+    with pytest.raises(AssertionError, match=r"2 placement groups needed, the pools of \['critic'\] have 1"):
         extract_pg_from_exist(pools, ["critic"], _FakePool([1, 1]))
 
 

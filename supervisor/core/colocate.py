@@ -80,10 +80,12 @@ def create_colocated_worker_raw_cls(class_dict: dict[str, ClassWithInitArgs]) ->
 
     def _fuw_execute(self: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
         role, sep, name = method_name.partition(FUSED_METHOD_SEPARATOR)
-        assert sep and role in self.fused_worker_dict, (
-            f"calling {role}'s {name}, but {role} not in fused_worker_dict"
+        assert sep, f"_fuw_execute: {method_name!r} is not of the form '{{role}}{FUSED_METHOD_SEPARATOR}{{method}}'"
+        target = self.fused_worker_dict.get(role)
+        assert target is not None, (
+            f"_fuw_execute: {method_name!r} is for role {role!r}, this fused worker hosts {sorted(self.fused_worker_dict)}"
         )
-        return getattr(self.fused_worker_dict[role], name)(*args, **kwargs)
+        return getattr(target, name)(*args, **kwargs)
 
     name = "_".join(["FusedWorker", *roles])
     namespace = {

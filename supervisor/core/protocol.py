@@ -405,6 +405,7 @@ def _merge_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
             elif key not in merged:
                 merged[key] = value
             elif not _values_equal(merged[key], value):
+                # The leading text is verl's: verl's tests/test_protocol_on_cpu.py:353 matches it.
                 raise DataProtoError(
                     f"Conflicting values for meta_info key '{key}': "
                     f"{_short_repr.repr(merged[key])} vs {_short_repr.repr(value)}"
@@ -535,7 +536,7 @@ def union_numpy_dict(
     """
     conflict = _find_numpy_conflict(tensor_dict1, tensor_dict2)
     if conflict is not None:
-        # verl's text (its tests match it)
+        # verl's exact text: verl's tests/test_protocol_on_cpu.py:84 matches it (pytest.raises(AssertionError, match=...))
         raise DataProtoError(f"`{conflict}` in tensor_dict1 and tensor_dict2 are not the same object.")
     tensor_dict1.update(tensor_dict2)
     return tensor_dict1
@@ -619,54 +620,82 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     return data[:-pad_size]
 
 
+def _reshape_leading(arrays: dict[str, np.ndarray], leading: tuple[int, ...], replaced: int) -> dict[str, np.ndarray]:
+    """Each array with its first ``replaced`` dimensions swapped for the ``leading`` shape (a new dict)."""
+    return {key: np.reshape(array, (*leading, *array.shape[replaced:])) for key, array in arrays.items()}
+
+
 def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
     """Rows ``[bsz, ...]`` regrouped as ``[new_batch_size, bsz // new_batch_size, ...]`` (one batch dim).
 
     Raises:
         AssertionError: ``new_batch_size`` does not divide the batch size.
     """
-    length = data.batch.batch_size[0]
-    assert length % new_batch_size == 0, f"batch size {length} is not divisible by {new_batch_size}"
-    batch = data.batch.view(new_batch_size, -1)
-    batch.auto_batch_size_(batch_dims=1)
-    non_tensors = {k: np.reshape(v, (new_batch_size, -1, *v.shape[1:])) for k, v in data.non_tensor_batch.items()}
-    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
+    rows = data.batch.batch_size[0]
+    assert rows % new_batch_size == 0, f"fold_batch_dim: {rows} rows do not fold into {new_batch_size} equal groups"
+    per_group = rows // new_batch_size
+    folded = data.batch.view(new_batch_size, per_group)
+    # Only the group dimension stays a batch dimension; the rows of a group become part of each entry.
+    folded.auto_batch_size_(batch_dims=1)
+    non_tensor = _reshape_leading(data.non_tensor_batch, (new_batch_size, per_group), replaced=1)
+    return type(data)(batch=folded, non_tensor_batch=non_tensor, meta_info=data.meta_info)
 
 
 def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
     """The inverse of :func:`fold_batch_dim`: the first ``batch_dims`` dimensions flattened into one."""
-    batch = data.batch
-    batch.auto_batch_size_(batch_dims=batch_dims)
-    batch = batch.view(-1)
-    length = batch.batch_size[0]
-    non_tensors = {k: np.reshape(v, (length, *v.shape[batch_dims:])) for k, v in data.non_tensor_batch.items()}
-    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
+    # The TensorDict must first know that its leading batch_dims dimensions are batch dimensions
+    # (fold_batch_dim left it with one) before they can be merged.
+    data.batch.auto_batch_size_(batch_dims=batch_dims)
+    flat = data.batch.view(-1)
+    non_tensor = _reshape_leading(data.non_tensor_batch, (flat.batch_size[0],), replaced=batch_dims)
+    return type(data)(batch=flat, non_tensor_batch=non_tensor, meta_info=data.meta_info)
+
+
+def _torch_name(value: torch.dtype | torch.layout) -> str:
+    return str(value).removeprefix("torch.")
 
 
 def serialize_single_tensor(obj: torch.Tensor) -> tuple[str, torch.Size, np.ndarray]:
     """``(dtype name, shape, raw bytes as a uint8 array)``: a tensor as plain data (msgpack-friendly)."""
-    raw = obj.detach().contiguous().flatten().view(torch.uint8).numpy()
-    return str(obj.dtype).removeprefix("torch."), obj.shape, raw
+    as_bytes = obj.detach().contiguous().reshape(-1).view(torch.uint8)
+    return _torch_name(obj.dtype), obj.shape, as_bytes.numpy()
 
 
 def deserialize_single_tensor(arr: Any) -> torch.Tensor:
     """The tensor :func:`serialize_single_tensor` encoded (a copy, writable)."""
     dtype_name, shape, raw = arr
     dtype = getattr(torch, dtype_name)
-    assert isinstance(dtype, torch.dtype), f"{dtype_name!r} is not a torch dtype"
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).view(shape)
+    assert isinstance(dtype, torch.dtype), f"deserialize_single_tensor: torch.{dtype_name} is not a dtype"
+    # bytearray copies the bytes: the tensor owns writable memory instead of a read-only message buffer.
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    return flat.view(dtype).view(shape)
+
+
+def _encode_column(value: torch.Tensor) -> tuple[Any, ...]:
+    if not value.is_nested:
+        return serialize_single_tensor(value)
+    # A jagged column has no single buffer: it travels as its layout name and its rows.
+    return _torch_name(value.layout), [serialize_single_tensor(row) for row in value.unbind()]
+
+
+def _decode_column(key: str, encoding: Any) -> torch.Tensor:
+    if len(encoding) == 3:
+        return deserialize_single_tensor(encoding)
+    if len(encoding) == 2:
+        layout_name, rows = encoding
+        return torch.nested.as_nested_tensor(
+            [deserialize_single_tensor(row) for row in rows], layout=getattr(torch, layout_name)
+        )
+    raise ValueError(
+        f"deserialize_tensordict: {key!r} is encoded in {len(encoding)} fields, "
+        "expected 3 (a tensor) or 2 (a nested tensor)"
+    )
 
 
 def serialize_tensordict(batch: TensorDict) -> tuple[tuple[int, ...], str | None, dict[str, tuple[Any, ...]]]:
     """``(batch size, device, {key: encoding})``; a jagged column is ``(layout, [row encodings])``."""
-    items: dict[str, tuple[Any, ...]] = {}
-    for key, value in batch.items():
-        if value.is_nested:
-            items[key] = (str(value.layout).removeprefix("torch."), [serialize_single_tensor(r) for r in value.unbind()])
-        else:
-            items[key] = serialize_single_tensor(value)
-    device = None if batch.device is None else str(batch.device)
-    return tuple(batch.batch_size), device, items
+    columns = {key: _encode_column(value) for key, value in batch.items()}
+    return tuple(batch.batch_size), (str(batch.device) if batch.device is not None else None), columns
 
 
 def deserialize_tensordict(arr: Any) -> TensorDict:
@@ -675,18 +704,8 @@ def deserialize_tensordict(arr: Any) -> TensorDict:
     Raises:
         ValueError: an entry is neither a tensor (3 fields) nor a nested tensor (2 fields) encoding.
     """
-    batch_size, device, items = arr
-    decoded: dict[str, torch.Tensor] = {}
-    for key, value in items.items():
-        if len(value) == 3:
-            decoded[key] = deserialize_single_tensor(value)
-        elif len(value) == 2:
-            layout, rows = value
-            decoded[key] = torch.nested.as_nested_tensor(
-                [deserialize_single_tensor(r) for r in rows], layout=getattr(torch, layout)
-            )
-        else:
-            raise ValueError(f"Invalid tensor encoding format, expected length 2 or 3, got {len(value)}")
+    batch_size, device, columns = arr
+    decoded = {key: _decode_column(key, encoding) for key, encoding in columns.items()}
     return TensorDict(source=decoded, batch_size=batch_size, device=device)
 
 
@@ -1584,11 +1603,13 @@ class BatchData:
         Raises:
             ValueError: the list is empty.
         """
-        if not self._data:
-            raise ValueError("Cannot concatenate an empty list of data items.")
-        if isinstance(self._data[0], ray.ObjectRef):
-            return DataProtoFuture.concat(list(self._data))
-        return concat_batches(list(self._data))
+        parts = list(self._data)
+        if not parts:
+            raise ValueError("BatchData.concat: there are no parts to concatenate")
+        # Refs of non-blocking calls stay unresolved: the future concatenates them when it is read.
+        if isinstance(parts[0], ray.ObjectRef):
+            return DataProtoFuture.concat(parts)
+        return concat_batches(parts)
 
 
 def all_gather_data_proto(data: DataProto, process_group: Any) -> None:

@@ -18,6 +18,19 @@ def _probe_master_addr_port(avoid_port: int | None) -> tuple[str, int]:
     return node_ip_address(), port
 
 
+def _first_bindable_port(start: int, stop: int) -> int | None:
+    import socket
+
+    for port in range(start, stop):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return port
+    return None
+
+
 def master_addr_port(master_port_range: list[int] | None = None) -> tuple[str, str]:
     """This node's address and a free port on it, as strings; the first free port of
     ``[start, stop)`` when ``master_port_range`` is given.
@@ -25,20 +38,17 @@ def master_addr_port(master_port_range: list[int] | None = None) -> tuple[str, s
     Raises:
         RuntimeError: no port of ``master_port_range`` is free.
     """
-    import socket
-
     from supervisor.core.worker import find_free_port, node_ip_address
 
     if master_port_range is None:
-        return node_ip_address(), str(find_free_port())
-    for port in range(master_port_range[0], master_port_range[1]):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-        return node_ip_address(), str(port)
-    raise RuntimeError(f"Could not find a free port in range {master_port_range}")
+        port = find_free_port()
+    else:
+        start, stop = master_port_range[0], master_port_range[1]
+        found = _first_bindable_port(start, stop)
+        if found is None:
+            raise RuntimeError(f"master_addr_port: no port of [{start}, {stop}) is free on this node")
+        port = found
+    return node_ip_address(), str(port)
 
 
 def pick_rendezvous(

@@ -524,18 +524,24 @@ def extract_pg_from_exist(resource_pools: dict[str, ResourcePool], src_role_name
     Raises:
         AssertionError: fewer groups than entries, or a group smaller than its entry (verl's contract).
     """
-    source = sorted(
-        (pg for role, pool in resource_pools.items() if role in src_role_names for pg in pool.get_placement_groups()),
-        key=lambda pg: pg.bundle_count,
-        reverse=True,
+    needs = list(resource_pool.store)
+    candidates = [pg for role, pool in resource_pools.items() if role in src_role_names for pg in pool.get_placement_groups()]
+    candidates.sort(key=lambda pg: pg.bundle_count, reverse=True)
+    assert len(needs) <= len(candidates), (
+        f"extract_pg_from_exist: {len(needs)} placement groups needed, "
+        f"the pools of {list(src_role_names)} have {len(candidates)}"
     )
-    wanted = sorted(((count, index) for index, count in enumerate(resource_pool.store)), reverse=True)
-    assert len(wanted) <= len(source), f"no enough nodes for request: {len(wanted)} entries, {len(source)} groups"
-    picked: list[tuple[int, Any]] = []
-    for (count, index), pg in zip(wanted, source, strict=False):
-        assert count <= pg.bundle_count, f"requesting {count} processes, bundle count cannot satisfy"
-        picked.append((index, pg))
-    return [pg for _, pg in sorted(picked, key=lambda item: item[0])]
+    # Greedy, biggest first: the entry needing most bundles gets the biggest group. Equal needs are
+    # served from the last entry backwards, so which group an entry gets is the same as with verl.
+    biggest_need_first = sorted(range(len(needs)), key=lambda entry: (needs[entry], entry), reverse=True)
+    assigned: list[Any] = [None] * len(needs)
+    for entry, pg in zip(biggest_need_first, candidates, strict=False):
+        assert needs[entry] <= pg.bundle_count, (
+            f"extract_pg_from_exist: entry {entry} needs {needs[entry]} bundles, "
+            f"the largest placement group left has {pg.bundle_count}"
+        )
+        assigned[entry] = pg
+    return assigned
 
 
 def split_resource_pool(resource_pool: ResourcePool, split_size: int | list[int]) -> list[SubResourcePool]:

@@ -59,7 +59,11 @@ class ResourcePoolManager:
     def _check_resource_available(self) -> None:
         import ray
 
+        needed = self.get_n_gpus()
         available = ray.available_resources()
-        gpus = available.get("GPU", 0) or available.get("NPU", 0)
-        if gpus < self.get_n_gpus():
-            raise ValueError(f"Total available GPUs {gpus} is less than total desired GPUs {self.get_n_gpus()}")
+        # Ascend clusters report their accelerators as NPU.
+        accelerators = available.get("GPU", 0) or available.get("NPU", 0)
+        if accelerators < needed:
+            raise ValueError(
+                f"ResourcePoolManager: the resource pool spec needs {needed} GPUs, the cluster has {accelerators} available"
+            )
