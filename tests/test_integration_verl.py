@@ -40,11 +40,11 @@ def _supervision():
 
 def _seed_group(name, process_on_nodes, worker="SeedWorker", **kwargs):
     import ray
+    from supervisor.integrations.verl.originals import verl_original
     from verl.single_controller.ray import base as verl_base
 
     from examples.verl import workers
     from supervisor.integrations.verl import SupervisedRayWorkerGroup
-    from supervisor.integrations.verl.originals import verl_original
 
     # verl's own RayResourcePool and RayClassWithInitArgs, whatever a patch did to the module names.
     pool_cls = verl_original("RayResourcePool")
@@ -300,10 +300,10 @@ def test_verl_modes_are_read_as_ours_unless_verl_serves_them_with_other_function
 def test_a_dispatch_mode_registered_dynamically_in_verl_is_honoured(ray_cluster):
     import ray
     import verl_dynamic_workers
+    from supervisor.integrations.verl.originals import verl_original
     from verl.single_controller.ray import base as verl_base
 
     from supervisor.integrations.verl import SupervisedRayWorkerGroup
-    from supervisor.integrations.verl.originals import verl_original
 
     pool_cls = verl_original("RayResourcePool")
     pool = pool_cls(process_on_nodes=[2], use_gpu=False, max_colocate_count=1, name_prefix="pairs-pool")
@@ -449,11 +449,11 @@ def test_colocated_workers_run_as_verls_own_group_unsupervised_and_leave_nothing
     So the group is verl's own RayWorkerGroup (it says so), on the supervisor's pool, and works as in
     verl."""
     import ray
+    from supervisor.integrations.verl.originals import verl_original
     from verl.single_controller.ray import base as verl_base
 
     from examples.verl import workers
     from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
-    from supervisor.integrations.verl.originals import verl_original
 
     pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="colo-pool")
     roles = {"actor": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker)), "ref": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker), scale=3.0)}
