@@ -107,9 +107,10 @@ def interleave(fns: dict[str, Callable[[], Any]], reps: int, warmup: int = 3, bl
 def local_cluster(nodes: list[dict[str, Any]]) -> Any:
     """A ``ray.cluster_utils.Cluster`` with these nodes (the first is the head), this process connected."""
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={**nodes[0], "include_dashboard": False})
+    from supervisor.daemon.local_cluster import LocalCluster
+
+    cluster = LocalCluster(initialize_head=True, head_node_args={**nodes[0], "include_dashboard": False})
     for node in nodes[1:]:
         cluster.add_node(**node)
     cluster.wait_for_nodes()

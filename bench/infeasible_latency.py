@@ -16,9 +16,9 @@ import time
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import ray
-from ray.cluster_utils import Cluster
 
 from supervisor import ClassWithInitArgs, InfeasibleResourcesError, ResourcePool, Worker, create_group
+from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.observability.hooks import LifecycleHooks
 
 
@@ -44,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 16, "num_gpus": 4, "include_dashboard": False})
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 16, "num_gpus": 4, "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=16, num_gpus=4)
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)

@@ -17,11 +17,11 @@ import time
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
 from supervisor.core.worker import send_probe
+from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.observability.hooks import ObservingHooks
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
@@ -59,7 +59,7 @@ class Timings(ObservingHooks):
 
 def run(kills: int = 20, world: int = 4) -> list[Row]:
     """Detection and recovery over ``kills`` SIGKILLs of non-zero ranks, and the floor, in one run."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 16, "num_gpus": 4, "include_dashboard": False})
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 16, "num_gpus": 4, "include_dashboard": False})
     try:
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         pool = ResourcePool([world], use_gpu=False, max_colocate_count=2)

@@ -21,10 +21,10 @@ import time
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import ray
-from ray.cluster_utils import Cluster
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
 from supervisor.core.worker import send_probe
+from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
 from supervisor.supervision.restart_policy import RestartPolicy
@@ -85,7 +85,7 @@ def wait_standby_ready(sup: GroupSupervisor, timeout_s: float = 120.0) -> None:
 
 
 def run(kills: int = 10, world: int = 4, start_s: float = 0.0) -> list[Row]:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2 * world + 4, "include_dashboard": False})
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 2 * world + 4, "include_dashboard": False})
     try:
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         plain_pool, plain = supervised(world, start_s, standbys=0)

@@ -45,10 +45,11 @@ class ChaosCluster:
 
     def __init__(self, gpu_nodes: int = 3) -> None:
         import ray
-        from ray.cluster_utils import Cluster
+
+        from supervisor.daemon.local_cluster import LocalCluster
 
         self.wanted_gpu_nodes = gpu_nodes
-        self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+        self.cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
         self.gpu_nodes: list[Any] = []
         try:
             self.restore()

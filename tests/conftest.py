@@ -22,9 +22,10 @@ NODE_GPUS = 4
 def ray_cluster():
     """Two nodes with 4 declared GPUs each; the driver is connected. Torn down even when tests fail."""
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
+    from supervisor.daemon.local_cluster import LocalCluster
+
+    cluster = LocalCluster(
         initialize_head=True,
         head_node_args={"num_cpus": NODE_CPUS, "num_gpus": NODE_GPUS, "include_dashboard": False},
     )
@@ -42,9 +43,10 @@ def ray_cluster():
 def one_node_cluster():
     """One 2-CPU node, no GPUs; the driver is connected. For modules that need only Ray itself."""
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    from supervisor.daemon.local_cluster import LocalCluster
+
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     try:
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         yield cluster

@@ -58,14 +58,14 @@ def shared_cluster(namespace: str):
     (connecting to an embedded daemon's Ray presents its token through RAY_AUTH_MODE/RAY_AUTH_TOKEN_PATH):
     the commands under test get ENV, taken before any test ran, and must be able to join it."""
     import ray
-    from ray.cluster_utils import Cluster
 
     from supervisor.daemon.auth import AUTH_ENV_VARS, restore_env, saved_env, withdraw
+    from supervisor.daemon.local_cluster import LocalCluster
 
     saved = saved_env()
     withdraw()
     restore_env(dict.fromkeys(AUTH_ENV_VARS))
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    c = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
     try:
         ray.init(address=c.address, include_dashboard=False, log_to_driver=False, namespace=namespace)
         yield c

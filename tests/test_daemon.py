@@ -21,9 +21,10 @@ from daemon_harness import BIN, ENV, TESTS_DIR, log_events, wait_for_record
 def cluster():
     """Two nodes, 8 CPUs and 4 declared GPUs each (two supervisors fit); this process is a driver too."""
     import ray
-    from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 4, "include_dashboard": False})
+    from supervisor.daemon.local_cluster import LocalCluster
+
+    c = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 4, "include_dashboard": False})
     try:
         c.add_node(num_cpus=8, num_gpus=4)
         c.wait_for_nodes()

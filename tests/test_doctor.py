@@ -135,9 +135,10 @@ from daemon_harness import BIN, ENV, TESTS_DIR  # noqa: E402 - the real-cluster 
 @pytest.fixture(scope="module")
 def cluster():
     import ray
-    from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 4, "include_dashboard": False})
+    from supervisor.daemon.local_cluster import LocalCluster
+
+    c = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 4, "include_dashboard": False})
     try:
         ray.init(address=c.address, include_dashboard=False, log_to_driver=False, namespace="doctor-tests")
         yield c

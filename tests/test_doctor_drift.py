@@ -17,12 +17,12 @@ def test_doctor_on_a_running_supervisor_with_drift_and_kv_timeouts(tmp_path):
     import signal
 
     import ray
-    from ray.cluster_utils import Cluster
 
     from supervisor.daemon.kv import KVStore, KVTimeoutError
+    from supervisor.daemon.local_cluster import LocalCluster
     from supervisor.daemon.record import RecordStore
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
+    c = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
     daemon = None
     try:
         nodes = [c.add_node(num_cpus=4, num_gpus=2) for _ in range(2)]

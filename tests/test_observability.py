@@ -48,10 +48,11 @@ def scraped(tmp_path_factory):
     loss, and a Prometheus that scraped it all. Yields (prometheus URL, metrics URL)."""
     assert Path(PROMETHEUS).exists() and Path(PROMTOOL).exists(), "install Debian's prometheus package (CI does)"
     import ray
-    from ray.cluster_utils import Cluster
+
+    from supervisor.daemon.local_cluster import LocalCluster
 
     tmp = tmp_path_factory.mktemp("observability")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
     daemon = prometheus = None
     try:
         nodes = [cluster.add_node(num_cpus=4, num_gpus=2) for _ in range(3)]

@@ -30,9 +30,9 @@ START_S = 2.0  # what a standby has already paid: process start, imports, constr
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A CPU-only head, one 6-GPU node for the ordering test, two 2-GPU nodes for the node-loss test."""
-    from ray.cluster_utils import Cluster
+    from supervisor.daemon.local_cluster import LocalCluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=8, num_gpus=6, resources={f"accelerator_type:{ONE_NODE}": 10})
         cluster.loss_nodes = [cluster.add_node(num_cpus=4, num_gpus=2, resources={f"accelerator_type:{NODE_LOSS}": 10}) for _ in range(2)]

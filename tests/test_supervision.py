@@ -36,9 +36,9 @@ FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A CPU-only head and three worker nodes with 2 declared GPUs each (one spare for node-loss tests)."""
-    from ray.cluster_utils import Cluster
+    from supervisor.daemon.local_cluster import LocalCluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 0, "include_dashboard": False})
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 0, "include_dashboard": False})
     try:
         workers = [cluster.add_node(num_cpus=4, num_gpus=2) for _ in range(3)]
         cluster.wait_for_nodes()

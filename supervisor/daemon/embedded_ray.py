@@ -54,7 +54,8 @@ class EmbeddedRay:
     def start(self, **init_kwargs: Any) -> str:
         """Start the nodes and connect this process as a driver; returns the GCS address."""
         import ray
-        from ray.cluster_utils import Cluster
+
+        from .local_cluster import LocalCluster
 
         # Every Ray process started from here inherits this environment: loopback, the token, and
         # PYTHONPATH so that the spec's modules import in actors.
@@ -65,11 +66,9 @@ class EmbeddedRay:
             self._runtime = RuntimeDir.create(self.name)
             self._saved_auth_env = saved_env()
             use_token(self._runtime.token_path)
-            self._cluster = Cluster(
-                initialize_head=True, head_node_args={**node_args, "node_ip_address": LOOPBACK_IP, "include_dashboard": False}
-            )
+            self._cluster = LocalCluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
             for _ in range(self.spec.local_nodes - 1):
-                self._cluster.add_node(**node_args, node_ip_address=LOOPBACK_IP)
+                self._cluster.add_node(**node_args)
             self._cluster.wait_for_nodes()
             ray.init(address=self._cluster.address, _node_ip_address=LOOPBACK_IP, **init_kwargs)
             self._runtime.publish(self._cluster.address)

@@ -1,0 +1,64 @@
+"""Several Ray nodes on one machine (``ray.cluster_utils.Cluster``), on loopback, with agent ports that
+cannot collide.
+
+Each node's runtime-env agent and dashboard agent pick their ports themselves when none is given: they
+bind port 0 with ``SO_REUSEADDR`` and start listening a moment later. Two nodes starting side by side
+on one host can be handed the same port in that moment (seen here: node 2's runtime-env agent on the
+head's agent gRPC port). Node 2's raylet then talks HTTP to a gRPC server ("on_read bad version"),
+gives up after 30 s and takes its node down while actors are being placed on it. Giving every node
+its own ports, from a range the kernel never hands out for port 0, closes that window.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+from typing import Any
+
+from ray.cluster_utils import Cluster
+
+from .loopback import LOOPBACK_IP
+
+__all__ = ["LocalCluster", "AGENT_PORT_KEYS", "AGENT_PORT_RANGE"]
+
+# The node ports Ray lets its agents self-assign (the raylets' and GCS's own ports are bound and
+# listening in one step, so they are left to Ray).
+AGENT_PORT_KEYS = ("runtime_env_agent_port", "metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port")
+# Above Ray's default worker ports (10002-19999), below Linux's ephemeral range (32768-60999).
+AGENT_PORT_RANGE = range(20000, 32000)
+
+_lock = threading.Lock()
+_handed_out: set[int] = set()  # never the same port twice from one process, even after a node stopped
+
+
+def _free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    with _lock:
+        while len(ports) < count:
+            port = random.choice(AGENT_PORT_RANGE)
+            if port in _handed_out or not _bindable(port):
+                continue
+            _handed_out.add(port)
+            ports.append(port)
+    return ports
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", port))  # every interface: a listener on any address makes it unusable
+        except OSError:
+            return False
+    return True
+
+
+class LocalCluster(Cluster):
+    """``ray.cluster_utils.Cluster`` whose nodes (the head included) listen on 127.0.0.1 and get agent
+    ports of their own unless the caller gives them."""
+
+    def add_node(self, wait: bool = True, **node_args: Any) -> Any:
+        node_args.setdefault("node_ip_address", LOOPBACK_IP)
+        missing = [key for key in AGENT_PORT_KEYS if not node_args.get(key)]
+        node_args.update(zip(missing, _free_ports(len(missing)), strict=True))
+        return super().add_node(wait=wait, **node_args)
