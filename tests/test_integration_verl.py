@@ -40,11 +40,11 @@ def _supervision():
 
 def _seed_group(name, process_on_nodes, worker="SeedWorker", **kwargs):
     import ray
-    from supervisor.integrations.verl.originals import verl_original
     from verl.single_controller.ray import base as verl_base
 
     from examples.verl import workers
     from supervisor.integrations.verl import SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.originals import verl_original
 
     # verl's own RayResourcePool and RayClassWithInitArgs, whatever a patch did to the module names.
     pool_cls = verl_original("RayResourcePool")
@@ -300,10 +300,10 @@ def test_verl_modes_are_read_as_ours_unless_verl_serves_them_with_other_function
 def test_a_dispatch_mode_registered_dynamically_in_verl_is_honoured(ray_cluster):
     import ray
     import verl_dynamic_workers
-    from supervisor.integrations.verl.originals import verl_original
     from verl.single_controller.ray import base as verl_base
 
     from supervisor.integrations.verl import SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.originals import verl_original
 
     pool_cls = verl_original("RayResourcePool")
     pool = pool_cls(process_on_nodes=[2], use_gpu=False, max_colocate_count=1, name_prefix="pairs-pool")
@@ -359,11 +359,12 @@ def _recording_host(name):
 
         strategies: dict = dataclasses.field(default_factory=dict)  # group -> the spec's explicit strategy
 
-        def settings(self, group):
+        def settings(self, group, pool=""):
             config = _supervision()
-            if group in self.strategies:
-                config = dataclasses.replace(config, restart=dataclasses.replace(config.restart, strategy=self.strategies[group]))
-            return GroupSettings(config=config, strategy_set=group in self.strategies)
+            name = group if group in self.strategies else pool  # the group's own table, else its pool's
+            if name in self.strategies:
+                config = dataclasses.replace(config, restart=dataclasses.replace(config.restart, strategy=self.strategies[name]))
+            return GroupSettings(config=config, strategy_set=name in self.strategies)
 
         def register(self, hosted):
             assert hosted.name not in self.registered
@@ -443,30 +444,113 @@ def test_teardown_leaves_no_placement_group_or_actor(ray_cluster, no_leaks):
     group.teardown()  # idempotent
 
 
-def test_colocated_workers_run_as_verls_own_group_unsupervised_and_leave_nothing(ray_cluster, no_leaks):
-    """verl's trainer builds every group from create_colocated_worker_cls and spawns a group per role;
-    supervising those would need each role's init replayed on a replacement, which does not exist yet.
-    So the group is verl's own RayWorkerGroup (it says so), on the supervisor's pool, and works as in
-    verl."""
+def _colocated_roles():
+    """Two roles as verl's trainer colocates them: one WorkerDict actor per bundle holding both."""
     import ray
-    from supervisor.integrations.verl.originals import verl_original
     from verl.single_controller.ray import base as verl_base
 
     from examples.verl import workers
-    from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
 
-    pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="colo-pool")
-    roles = {"actor": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker)), "ref": verl_base.RayClassWithInitArgs(ray.remote(workers.SeedWorker), scale=3.0)}
-    colocated = verl_base.create_colocated_worker_cls(roles)
-    group = SupervisedRayWorkerGroup(resource_pool=pool, ray_cls_with_init=colocated, name_prefix="colo")
+    roles = {
+        "ref": verl_base.RayClassWithInitArgs(ray.remote(workers.RoleWorker), role="ref", scale=3.0),
+        "actor": verl_base.RayClassWithInitArgs(ray.remote(workers.RoleWorker), role="actor", scale=2.0),
+    }
+    return roles, verl_base.create_colocated_worker_cls(roles)
+
+
+def _check_scaled(out, n, scale):
+    import torch
+
+    order = torch.argsort(out.batch["idx"])
+    assert out.batch["idx"][order].tolist() == list(range(n))
+    assert torch.equal(out.batch["x"][order], (torch.arange(n).float() + 1) * scale)
+
+
+def test_colocated_roles_are_supervised_and_a_replacement_replays_every_roles_init_in_order(ray_cluster, no_leaks):
+    """verl's trainer: create_colocated_worker_cls, one group with no name_prefix, spawn, init_model on
+    each role (ref first, actor last). A replaced actor serves every role again, each init re-run in
+    the program's order; the role groups see the replacement because they are views of one group."""
+    from supervisor.errors import ConfigError
+    from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.roles import SupervisedRoleGroup
+    from supervisor.supervision.restart_policy import RestartStrategy
+
+    roles, colocated = _colocated_roles()
+    pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="global_pool")
+    group = SupervisedRayWorkerGroup(resource_pool=pool, ray_cls_with_init=colocated, supervision=_supervision())
+    try:
+        assert isinstance(group, SupervisedRayWorkerGroup) and group.restart_strategy is RestartStrategy.ONE_FOR_ONE
+        spawned = group.spawn(prefix_set=roles.keys())
+        ref, actor = spawned["ref"], spawned["actor"]
+        assert isinstance(ref, SupervisedRoleGroup) and ref.world_size == actor.world_size == 2
+        with pytest.raises(RuntimeError, match="init_model has not run"):
+            actor.compute(_batch(4))
+        ref.init_model()
+        actor.init_model()
+        _check_scaled(actor.compute(_batch(8)), 8, 2.0)
+        _check_scaled(ref.compute(_batch(8)), 8, 3.0)
+        before = {i["rank"]: i for i in actor.process_info()}
+        assert [before[r]["inits"] for r in (0, 1)] == [["ref", "actor"]] * 2
+        os.kill(before[1]["pid"], signal.SIGKILL)
+        _wait_recovered(group, {1: 1})
+        after = {i["rank"]: i for i in ref.process_info()}
+        assert after[1]["pid"] != before[1]["pid"] and after[1]["inits"] == ["ref", "actor"]  # both roles, in order
+        assert after[0] == before[0]  # one_for_one: rank 0 untouched, not re-initialised
+        assert ref.workers is group.workers  # the role groups call the replacement
+        _check_scaled(actor.compute(_batch(6)), 6, 2.0)
+        _check_scaled(ref.compute(_batch(6)), 6, 3.0)
+        with pytest.raises(ConfigError) as exc:
+            group.spawn(prefix_set=["critic"])
+        assert "no role 'critic'" in _one_line(exc) and "actor, ref" in str(exc.value)
+    finally:
+        group.teardown()
+        pool.teardown()
+
+
+def test_colocated_roles_under_a_host_are_recorded_with_their_classes_and_take_the_pools_settings(ray_cluster, no_leaks):
+    from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.host import set_host_factory
+    from supervisor.supervision.restart_policy import RestartStrategy
+
+    host = _recording_host("colohost")
+    host.strategies["global_pool"] = RestartStrategy.ONE_FOR_ALL  # a [run.groups.global_pool] table
+    set_host_factory(lambda: host)
+    group = None
+    pool = SupervisedRayResourcePool(process_on_nodes=[1], use_gpu=True, max_colocate_count=1, name_prefix="global_pool")
+    try:
+        roles, colocated = _colocated_roles()
+        group = SupervisedRayWorkerGroup(resource_pool=pool, ray_cls_with_init=colocated)
+        assert group.restart_strategy is RestartStrategy.ONE_FOR_ALL
+        (hosted,) = host.registered.values()
+        assert hosted.name == group.name_prefix and len(group.name_prefix) == 6  # verl's random name
+        assert hosted.worker_class == (
+            "verl.single_controller.ray.base:WorkerDict[ref=examples.verl.workers:RoleWorker, actor=examples.verl.workers:RoleWorker]"
+        )
+    finally:
+        set_host_factory(None)
+        if group is not None:
+            group.teardown()
+        pool.teardown()
+
+
+def test_fused_workers_run_as_verls_own_group_unsupervised_and_leave_nothing(ray_cluster, no_leaks):
+    """create_colocated_worker_cls_fused: every role behind one `_fuw_execute` and deep-copied role
+    groups. Not supervised yet: the group is verl's own RayWorkerGroup (it says so), on the
+    supervisor's pool, and works as in verl."""
+    import ray
+    from verl.single_controller.ray import base as verl_base
+
+    from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
+    from supervisor.integrations.verl.originals import verl_original
+
+    roles, _ = _colocated_roles()
+    pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="fused-pool")
+    group = SupervisedRayWorkerGroup(resource_pool=pool, ray_cls_with_init=verl_base.create_colocated_worker_cls_fused(roles), name_prefix="fused")
     try:
         assert type(group) is verl_original("RayWorkerGroup")
         spawned = group.spawn(prefix_set={"actor", "ref"})
-        spawned["actor"].init_model()
         spawned["ref"].init_model()
-        out = spawned["ref"].compute(_batch(4))
-        order = out.batch["idx"].argsort()
-        assert out.batch["x"][order].tolist() == [3.0, 6.0, 9.0, 12.0]
+        _check_scaled(spawned["ref"].compute(_batch(4)), 4, 3.0)
     finally:
         for handle in group.workers:
             ray.kill(handle, no_restart=True)

@@ -337,7 +337,10 @@ def test_the_hosts_pool_names_and_group_settings():
     from supervisor.run.descriptor import named
     from supervisor.run.host import RunHost
 
-    spec = named(parse_spec('[run.groups.actor]\nrestart_strategy = "one_for_all"\nprobe_period_s = 2\n', run=True), "r1")
+    spec = named(
+        parse_spec('[run.groups.actor]\nrestart_strategy = "one_for_all"\nprobe_period_s = 2\n[run.groups.global_pool]\nprobe_period_s = 3\n', run=True),
+        "r1",
+    )
     host = RunHost(RunDescriptor("r1", "o"), spec)  # nothing claimed: no cluster needed for these
     assert [host.pool_name(n) for n in ("global_pool", "global_pool", "a.b c", "", "global_pool")] == [
         "global_pool", "global_pool-2", "a_b_c", "pool", "global_pool-3",
@@ -345,6 +348,9 @@ def test_the_hosts_pool_names_and_group_settings():
     actor, other = host.settings("actor"), host.settings("critic")
     assert actor.strategy_set and actor.config.restart.strategy is RestartStrategy.ONE_FOR_ALL and actor.config.probe_period_s == 2.0
     assert not other.strategy_set and other.config.probe_period_s == 5.0
+    # verl's trainer names its groups at random: a table may name the group's pool instead; the group's own wins.
+    assert host.settings("Xy12ab", "global_pool").config.probe_period_s == 3.0
+    assert host.settings("actor", "global_pool").config.probe_period_s == 2.0
 
 
 def test_the_host_outside_a_run_says_so(monkeypatch):

@@ -52,11 +52,13 @@ def actor_pids(names: list[str]) -> dict[str, int]:
     return {n: int(alive[n]["Pid"]) for n in names if n in alive}
 
 
-def group_record(name: str):
+def group_record(name: str, pool: str = "seed"):
+    """The run's one group made in verl pool ``pool``, once both its ranks run (None until then)."""
     from supervisor.daemon.record import RecordStore
 
     record = RecordStore().get(name)
-    group = record.groups.get("seed") if record is not None else None
+    groups = [g for g in record.groups.values() if g.pool == pool] if record is not None else []
+    group = groups[0] if len(groups) == 1 else None
     return group if group is not None and len(group.ranks) == 2 and all(r.state.value == "running" for r in group.ranks) else None
 
 
@@ -108,6 +110,34 @@ def test_a_verl_program_runs_supervised_through_rank_kills_and_leaves_nothing(ru
     # The program exits without tearing its group down: supervision stops before Ray does, so no
     # false "group FAILED" ends the log.
     assert "supervisor_crashed" not in out and "group_failed" not in out, out[-4000:]
+    assert_nothing_left(r.name)
+
+
+def test_verls_trainer_layout_colocated_roles_are_supervised_and_a_replacement_serves_every_role(runs, cluster):
+    """seed_job --colocate builds its group as verl's trainer does: create_colocated_worker_cls, a random
+    group name, spawn, init_model on ref then actor. The actor role refuses to compute in a process
+    where its init has not run, so steps completing after the kill prove the inits were replayed."""
+    import os
+
+    r = runs(seed_job("--colocate", "--steps", "6", "--step-gap", "2"))
+    group = wait_for(lambda: group_record(r.name), "the colocated group in the record", timeout_s=240, proc=r)
+    assert group.worker_class.endswith(":WorkerDict[ref=examples.verl.workers:RoleWorker, actor=examples.verl.workers:RoleWorker]")
+    names = list(group.actor_names)
+    pids = wait_for(lambda: (p := actor_pids(names)) and len(p) == 2 and p, "the ranks' pids")
+    first = max(wait_for(lambda: steps(r.output()), "the first step", timeout_s=120, proc=r))
+    os.kill(pids[names[1]], signal.SIGKILL)
+    wait_for(
+        lambda: (g := group_record(r.name)) and g.ranks[1].restarts >= 1 and actor_pids(names).get(names[1]) not in (None, pids[names[1]]),
+        "rank 1 replaced", timeout_s=120, proc=r,
+    )  # fmt: skip
+    (sup,) = status_json(r.name, cluster.address)["supervisors"]
+    (shown,) = sup["groups"]
+    assert shown["name"] == group.name and shown["restarts_in_window"] >= 1
+    assert r.wait(300) == 0, r.output()[-4000:]
+    out = r.output()
+    assert len(steps(out)) == 6 and all("complete=True" in line for line in steps(out).values()), out[-4000:]
+    assert max(steps(out)) > first and "\ndone\n" in out
+    assert "supervisor.integrations.verl.roles.SupervisedRoleGroup" in out
     assert_nothing_left(r.name)
 
 

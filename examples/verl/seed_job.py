@@ -6,6 +6,11 @@ or the supervised ones once ``supervisor.integrations.verl.patch.install()`` ran
 ``supervisor run``), calls ``init_model`` once, then runs ``--steps`` DP_COMPUTE_PROTO steps and
 prints one line per step. Every step checks that each row came back exactly once, doubled.
 
+``--colocate`` builds the group as verl's trainer does (``ray_trainer.init_workers``): two roles, ``ref``
+and ``actor``, colocated by ``create_colocated_worker_cls`` in one actor per bundle, one group with
+verl's random name, ``spawn`` for a group per role, ``init_model`` on ``ref`` then ``actor``. The
+steps run on ``actor`` (which refuses to compute in a process where its init has not run).
+
 Usage::
 
     RAY_ADDRESS=127.0.0.1:6379 python examples/verl/seed_job.py --steps 5 --nodes 2 --per-node 1
@@ -33,8 +38,9 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup  # noqa: E402
+from verl.single_controller.ray.base import create_colocated_worker_cls  # noqa: E402
 
-from examples.verl.workers import SeedWorker  # noqa: E402
+from examples.verl.workers import RoleWorker, SeedWorker  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-gap", type=float, default=0.0, help="seconds the driver waits between steps (a test kills a rank there)")
     parser.add_argument("--name", default="seed", help="the group's name_prefix (and the pool's)")
     parser.add_argument("--cpu", action="store_true", help="CPU-only bundles (no GPU in the cluster)")
+    parser.add_argument("--colocate", action="store_true", help="verl's trainer layout: roles ref and actor in one colocated group")
     return parser.parse_args(argv)
 
 
@@ -59,8 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     pool = RayResourcePool(
         process_on_nodes=[args.per_node] * args.nodes, use_gpu=not args.cpu, max_colocate_count=1, name_prefix=args.name
     )
-    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(SeedWorker)), name_prefix=args.name)
-    print(f"group {args.name}: {type(group).__module__}.{type(group).__qualname__}, world_size={group.world_size}", flush=True)
+    if args.colocate:
+        roles = {
+            "ref": RayClassWithInitArgs(ray.remote(RoleWorker), role="ref", scale=3.0),
+            "actor": RayClassWithInitArgs(ray.remote(RoleWorker), role="actor", scale=2.0),
+        }
+        colocated = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(roles))
+        spawned = colocated.spawn(prefix_set=roles.keys())
+        spawned["ref"].init_model()
+        group = spawned["actor"]
+        name = colocated.name_prefix
+    else:
+        group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(SeedWorker)), name_prefix=args.name)
+        name = args.name
+    print(f"group {name}: {type(group).__module__}.{type(group).__qualname__}, world_size={group.world_size}", flush=True)
     group.init_model()
     ok = True
     for step in range(1, args.steps + 1):
@@ -81,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         time.sleep(args.step_gap)
-    infos = group.model_info()
+    infos = group.process_info() if args.colocate else group.model_info()
     print("pids " + " ".join(f"{i['rank']}:{i['pid']}" for i in infos), flush=True)
     print("done" if ok else "FAILED: a step lost or duplicated rows", flush=True)
     return 0 if ok else 1

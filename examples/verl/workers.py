@@ -8,7 +8,9 @@ the way verl's trainer drives its roles, and the verl-environment tests use them
 * :class:`SeedWorker`: independent replicas (no collective group).
 * :class:`DistSeedWorker`: ranks that form a torch.distributed group in their constructor, as verl's
   FSDP workers do (gloo on CPU here);
-* :class:`LateDistSeedWorker`: ranks that form it in ``init_model``.
+* :class:`LateDistSeedWorker`: ranks that form it in ``init_model``;
+* :class:`RoleWorker`: one role of a colocated worker, as verl's trainer builds its roles
+  (``create_colocated_worker_cls``: every role of a pool in one actor per bundle).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, Execute, register
 
-__all__ = ["SeedWorker", "DistSeedWorker", "LateDistSeedWorker", "VERL_ENV_KEYS"]
+__all__ = ["SeedWorker", "DistSeedWorker", "LateDistSeedWorker", "RoleWorker", "VERL_ENV_KEYS"]
 
 # What verl's RayWorkerGroup puts into every rank's environment (verl 0.9.1, ray/base.py _create_worker).
 VERL_ENV_KEYS = ("WORLD_SIZE", "RANK", "WG_PREFIX", "WG_BACKEND", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -137,6 +139,45 @@ class LateDistSeedWorker(SeedWorker):
         return self.rank
 
     all_reduce_rank = DistSeedWorker.all_reduce_rank
+
+
+# Every role init this process ran, in order: the roles of a colocated worker share one process.
+_INITS_IN_PROCESS: list[str] = []
+
+
+class RoleWorker(Worker):
+    """One role of a colocated worker: it serves :meth:`compute` only after its ``init_model`` ran in
+    this process, and the process remembers the order its roles were initialised in.
+
+    Args:
+        role: the role's name (verl's trainer: ``actor_rollout``, ``critic``, ``ref``).
+        scale: the factor :meth:`compute` multiplies by.
+    """
+
+    def __init__(self, role: str, scale: float) -> None:
+        super().__init__()  # inside a colocated worker verl skips the rank setup (DISABLE_WORKER_INIT)
+        self.role = role
+        self.scale = scale
+        self.ready = False
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        _INITS_IN_PROCESS.append(self.role)
+        self.ready = True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def process_info(self) -> dict[str, Any]:
+        """This process: pid, rank, and every role init it ran, in order."""
+        return {"pid": os.getpid(), "rank": int(os.environ["RANK"]), "inits": list(_INITS_IN_PROCESS)}
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute(self, data: DataProto) -> DataProto:
+        """``data.batch["x"]`` times ``scale``, ``idx`` kept; refused before ``init_model``."""
+        if not self.ready:
+            raise RuntimeError(f"role {self.role}: init_model has not run in this process")
+        idx = data.batch["idx"].clone()
+        rank = torch.full_like(idx, int(os.environ["RANK"]))
+        return DataProto.from_dict(tensors={"x": data.batch["x"] * self.scale, "idx": idx, "rank": rank})
 
 
 def _dist_initialized() -> bool:

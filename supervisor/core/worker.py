@@ -9,9 +9,13 @@ This module stays light on purpose (no torch import): every actor process import
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +36,7 @@ __all__ = [
     "arm_sentinel",
     "send_probe",
     "send_rendezvous",
+    "RUN_IN_ORDER_METHOD",
 ]
 
 # The supervisor's calls run in their own concurrency groups, so they are answered while a user call
@@ -41,6 +46,9 @@ __all__ = [
 SENTINEL_GROUP = "_supervisor_sentinel"
 PROBE_GROUP = "_supervisor_probe"
 SUPERVISION_CONCURRENCY_GROUPS = {SENTINEL_GROUP: 1, PROBE_GROUP: 1}
+
+# The endpoint that replays several init calls in one (see SupervisedEndpoints._supervisor_run_in_order).
+RUN_IN_ORDER_METHOD = "_supervisor_run_in_order"
 
 
 def arm_sentinel(handle: Any, hold_s: float) -> Any:
@@ -158,6 +166,15 @@ class SupervisedEndpoints:
 
         dist = sys.modules.get("torch.distributed")
         return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+    def _supervisor_run_in_order(self, calls: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> None:
+        """Run ``method(*args, **kwargs)`` for each call, in order, on this actor: the inits of every role
+        of a colocated worker, replayed on a replacement as the program ran them."""
+        for method, args, kwargs in calls:
+            result = getattr(self, method)(*args, **kwargs)
+            if inspect.iscoroutine(result):  # an async role's init: its own loop, off the actor's thread
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    pool.submit(asyncio.run, result).result()
 
     def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
         """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""

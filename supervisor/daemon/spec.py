@@ -16,7 +16,9 @@ Layout (every field and its default is in the README)::
 
 A spec for ``supervisor run`` (``load_spec(path, run=True)``) has no pools, groups, driver or metrics: the
 program places and builds its own groups. Its ``[run.groups.NAME]`` tables hold the supervision
-settings of the group verl calls NAME (its ``name_prefix``); ``supervisor.name`` is optional there.
+settings of the group verl calls NAME (its ``name_prefix``), or of the groups made in the resource pool
+verl calls NAME (verl's trainer names its groups at random, its pools not: ``global_pool``); a group's
+own table wins over its pool's. ``supervisor.name`` is optional there.
 """
 
 from __future__ import annotations

@@ -142,10 +142,11 @@ class RunHost:
             self._pool_names.add(name)
         return name
 
-    def settings(self, group: str) -> GroupSettings:
+    def settings(self, group: str, pool: str = "") -> GroupSettings:
         run = self.spec.run
-        if run is not None and group in run.groups:
-            return GroupSettings(run.groups[group].supervision_config(), strategy_set=group in run.strategy_set)
+        for name in (group, pool):  # the group's own table first, then its pool's
+            if run is not None and name and name in run.groups:
+                return GroupSettings(run.groups[name].supervision_config(), strategy_set=name in run.strategy_set)
         return GroupSettings(GroupSpec().supervision_config())
 
     def register(self, hosted: HostedGroup) -> None:

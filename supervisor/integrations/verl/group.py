@@ -13,7 +13,9 @@ WORLD_SIZE, WG_PREFIX, WG_BACKEND, RAY_LOCAL_WORLD_SIZE and the group's MASTER_A
 (a fresh one when rank 0 is replaced, told to the others). verl 0.9.1 has no register-center actor
 any more (``ray_wait_register_center_timeout`` is accepted and unused, as in verl). The init the
 program ran (``init_model``, with its arguments) is re-run on replacements, but only once the program
-has run it: a rank lost before that gets no premature init.
+has run it: a rank lost before that gets no premature init. A colocated class (verl's trainer) is one
+supervised group whose ``spawn`` gives role views (:mod:`.roles`); every role's init the program ran
+is replayed on a replacement, in the program's order.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ...core.binding import registered_methods
 from ...core.env import verl_worker_env_vars
 from ...core.group import DEFAULT_NAMESPACE, WorkerGroup
 from ...core.protocol_family import ProtocolFamily, register_protocol_family
-from ...core.worker import SupervisedEndpoints
+from ...core.worker import RUN_IN_ORDER_METHOD, SupervisedEndpoints
 from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
@@ -46,6 +48,7 @@ from .host import HostedGroup, current_host
 from .modes import read_verl_method_spec
 from .pool import POOL_NAME_ATTR, library_pool_of
 from .program_exit import stop_at_exit
+from .roles import ArmingInit, SupervisedRoleGroup, colocated_roles
 from .strategy import choose_strategy
 
 __all__ = ["SupervisedRayWorkerGroup", "VerlRanks", "DEFAULT_INIT_METHOD"]
@@ -173,34 +176,23 @@ def _random_prefix() -> str:
     return "".join(random.choice(string.ascii_letters + string.digits) for _ in range(6))  # verl's default
 
 
-class _ArmingInit:
-    """The group's init method: runs the program's call, then makes the supervisor re-run it (same
-    arguments) on replacements, and looks again whether the ranks formed a process group."""
-
-    def __init__(self, owner: SupervisedRayWorkerGroup, bound: Any) -> None:
-        self._owner = owner
-        self._bound = bound
-        self.__name__ = bound.__name__
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        result = self._bound(*args, **kwargs)
-        self._owner._init_ran(self.__name__, args, kwargs)
-        return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._bound, name)
+# What verl's colocating helpers build: create_colocated_worker_cls (every role's methods on one class,
+# prefixed with the role) and create_colocated_worker_raw_cls / _fused (roles behind `_fuw_execute`).
+COLOCATED_WORKER = "WorkerDict"
+FUSED_WORKER = "FusedWorker"
 
 
 def colocated_kind(ray_cls_with_init: Any) -> str | None:
-    """``"WorkerDict"`` for a verl colocated class, ``"FusedWorker"`` for a fused one, None for a plain
-    worker class (or no class)."""
+    """:data:`COLOCATED_WORKER`, :data:`FUSED_WORKER`, or None for a plain worker class (or no class)."""
     if ray_cls_with_init is None:
         return None
     cls = getattr(ray_cls_with_init, "cls", None)
     cls = getattr(cls, "__ray_actor_class__", cls)  # ray.remote(...) wraps the class
     qualname = str(getattr(cls, "__qualname__", ""))
-    if qualname.startswith(("create_colocated_worker_cls.", "create_colocated_worker_raw_cls.")) or getattr(ray_cls_with_init, "fused_worker_used", False):
-        return qualname.rpartition(".")[2] or "FusedWorker"
+    if getattr(ray_cls_with_init, "fused_worker_used", False) or qualname.startswith("create_colocated_worker_raw_cls."):
+        return FUSED_WORKER
+    if qualname.startswith("create_colocated_worker_cls."):
+        return COLOCATED_WORKER
     return None
 
 
@@ -229,18 +221,17 @@ class SupervisedRayWorkerGroup:
     """
 
     def __new__(cls, resource_pool: Any = None, ray_cls_with_init: Any = None, *args: Any, **kwargs: Any) -> Any:
-        kind = colocated_kind(ray_cls_with_init)
-        if resource_pool is None or kind is None:
+        if resource_pool is None or colocated_kind(ray_cls_with_init) != FUSED_WORKER:
             return super().__new__(cls)
-        # A colocated or fused class (verl's trainer builds every group so) runs each role's init on
-        # the same actor: a replacement would need every role's init replayed, in the program's order,
-        # behind the role groups `spawn` makes. Until that exists such a group is verl's own, not
-        # supervised, and says so; its pool is still the supervisor's, so teardown removes it.
+        # A fused class calls every role through one `_fuw_execute` entry and gives each role a deep
+        # copy of the group (`spawn_fused`); replaying its roles' inits behind those copies is not built
+        # yet. Such a group is verl's own, not supervised, and says so; its pool is still the
+        # supervisor's, so teardown removes it. verl's trainer uses WorkerDict classes, supervised.
         from .originals import verl_original
 
         log.warning(
-            "verl_group_unsupervised", group=kwargs.get("name_prefix"), worker_class=kind,
-            reason="colocated/fused workers (create_colocated_worker_cls, create_colocated_worker_raw_cls) are not supervised yet: verl's own RayWorkerGroup runs them",
+            "verl_group_unsupervised", group=kwargs.get("name_prefix"), worker_class=FUSED_WORKER,
+            reason="fused workers (create_colocated_worker_cls_fused) are not supervised yet: verl's own RayWorkerGroup runs them",
         )  # fmt: skip
         verl_cls = verl_original("RayWorkerGroup")
         group = verl_cls.__new__(verl_cls)
@@ -277,6 +268,9 @@ class SupervisedRayWorkerGroup:
         self._host = None
         self._hosted = False
         self._init_method: str | None = None
+        # A WorkerDict: every role's methods, prefixed; its role groups come from spawn().
+        self._colocated = colocated_kind(ray_cls_with_init) == COLOCATED_WORKER
+        self._init_calls: dict[str, tuple[str, tuple[Any, ...], dict[str, Any]]] = {}  # in the program's order
         self._strategy_fixed = False
         master_addr, master_port = kwargs.pop("master_addr", None), kwargs.pop("master_port", None)
         use_gpu = kwargs.pop("use_gpu", resource_pool.use_gpu if resource_pool is not None else True)
@@ -294,14 +288,15 @@ class SupervisedRayWorkerGroup:
             raise ConfigError("use_gpu is True but resource_pool.use_gpu is False")
         cls_with_init = _SupervisedClassWithInitArgs.from_verl(ray_cls_with_init)
         methods = registered_methods(cls_with_init.user_cls, read_verl_method_spec)  # bad modes fail here, before anything exists
-        if init_method is not None and init_method not in methods and init_method != DEFAULT_INIT_METHOD:
+        armable = init_method is not None and _has_init(methods, init_method, self._colocated)
+        if init_method is not None and not armable and init_method != DEFAULT_INIT_METHOD:
             raise ConfigError(
                 f"init_method {init_method!r} is not a registered method of {cls_with_init.original_cls.__name__} "
                 f"(registered: {', '.join(sorted(m for m in methods if not m.startswith('_')))})"
             )
         self._group = self._create(
             resource_pool, cls_with_init, bin_pack, detached, worker_env, master_addr, master_port,
-            _parse_strategy(restart_strategy), supervision, init_method if init_method in methods else None,
+            _parse_strategy(restart_strategy), supervision, init_method if armable else None,
         )  # fmt: skip
 
     # -- construction ---------------------------------------------------------------------------
@@ -332,7 +327,7 @@ class SupervisedRayWorkerGroup:
 
         host = current_host()
         self._host = host
-        settings = host.settings(self.name_prefix) if host is not None else None
+        settings = host.settings(self.name_prefix, str(getattr(verl_pool, "name_prefix", "") or "")) if host is not None else None
         hooks = host.hooks if host is not None else default_hooks()
         pool = library_pool_of(verl_pool, "STRICT_PACK" if bin_pack else "PACK", host)
         owned_pgs = pool.pgs is None
@@ -350,7 +345,7 @@ class SupervisedRayWorkerGroup:
         try:
             config = settings.config if settings is not None else (supervision or SupervisionConfig())
             self._init_method = config.init_method or init_method
-            if config.init_method is not None and config.init_method not in group.method_names:
+            if config.init_method is not None and not _has_init(group.method_names, config.init_method, self._colocated):
                 raise ConfigError(
                     f"init_method {config.init_method!r} (the spec's, for group {self.name_prefix}) is not a registered "
                     f"method of {cls_with_init.original_cls.__name__}"
@@ -369,8 +364,8 @@ class SupervisedRayWorkerGroup:
             )
             self.supervisor = GroupSupervisor(group, config, hooks).start()
             stop_at_exit(self.supervisor)
-            if self._init_method is not None:
-                setattr(group, self._init_method, _ArmingInit(self, getattr(group, self._init_method)))
+            if self._init_method is not None and not self._colocated:  # a role's is armed by its role group
+                setattr(group, self._init_method, ArmingInit(self, getattr(group, self._init_method), self._init_method))
             log.info(
                 "verl_group_supervised", group=group.name, strategy=strategy.value, collective=collective,
                 hosted=host is not None, pool=pool.name_prefix, world_size=group.world_size,
@@ -380,7 +375,7 @@ class SupervisedRayWorkerGroup:
                     HostedGroup(
                         name=self.name_prefix,
                         pool=str(getattr(verl_pool, POOL_NAME_ATTR, pool.name_prefix)),
-                        worker_class=f"{cls_with_init.original_cls.__module__}:{cls_with_init.original_cls.__qualname__}",
+                        worker_class=_worker_class_label(cls_with_init.original_cls),
                         group=group,
                         supervisor=self.supervisor,
                     )
@@ -400,7 +395,10 @@ class SupervisedRayWorkerGroup:
         if supervisor is None:
             return
         changes: dict[str, Any] = {}
-        if supervisor.config.init_method is None:
+        if self._colocated:  # every role's init, replayed in one call in the order the program ran them
+            self._init_calls[method] = (method, tuple(args), dict(kwargs))
+            changes.update(init_method=RUN_IN_ORDER_METHOD, init_args=(tuple(self._init_calls.values()),), init_kwargs={})
+        elif supervisor.config.init_method is None:
             changes.update(init_method=method, init_args=tuple(args), init_kwargs=dict(kwargs))
         group = self._group
         if not self._strategy_fixed and supervisor.config.restart.strategy is RestartStrategy.ONE_FOR_ONE and _collective(group):
@@ -425,6 +423,30 @@ class SupervisedRayWorkerGroup:
     @property
     def resource_pool(self) -> Any:
         return self._group.resource_pool
+
+    @property
+    def init_method(self) -> str | None:
+        """The method re-run on replacements once the program ran it (a colocated group's: each role's)."""
+        return self._init_method
+
+    def spawn(self, prefix_set: Any) -> dict[str, Any]:
+        """verl's: one group per role. A colocated group's roles are views of this supervised group
+        (:class:`~.roles.SupervisedRoleGroup`); any other group's are verl's attached copies."""
+        if not self._colocated or self.supervisor is None:
+            return self._group.spawn(prefix_set)  # type: ignore[no-any-return]
+        roles = list(prefix_set)
+        known = colocated_roles(self._group.cls_with_init.original_cls) if isinstance(self._group.cls_with_init, _SupervisedClassWithInitArgs) else None
+        unknown = [r for r in roles if known is not None and r not in known]
+        if unknown:
+            raise ConfigError(f"group {self.name_prefix} has no role {unknown[0]!r} (roles: {', '.join(sorted(known or ()))})")
+        return {role: SupervisedRoleGroup(self, role) for role in roles}
+
+    def fuse(self, prefix_set: Any) -> None:
+        """verl's: the role groups as attributes (``group.actor_rollout.init_model()``)."""
+        if self.wg_dict is None:
+            self.wg_dict = self.spawn(prefix_set)
+        for role, role_group in self.wg_dict.items():
+            setattr(self, role, role_group)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this object lacks: the group's bound methods and verl's API on it.
@@ -505,6 +527,20 @@ def _collective(group: WorkerGroup, timeout_s: float = 60.0) -> bool:
     if len(ready) < len(refs):
         log.warning("verl_strategy_probe_unanswered", group=group.name, missing=len(refs) - len(ready), waited_s=timeout_s)
     return any(answers)
+
+
+def _has_init(methods: list[str], name: str, colocated: bool) -> bool:
+    """Whether the class has init method ``name``: registered, or for a colocated class, a role's."""
+    return name in methods or (colocated and any(m.endswith("_" + name) for m in methods))
+
+
+def _worker_class_label(cls: type) -> str:
+    """``module:Qualname`` of the worker class; for a colocated class, its roles' classes too."""
+    label = f"{cls.__module__}:{cls.__qualname__}"
+    roles = colocated_roles(cls) if cls.__qualname__.startswith("create_colocated_worker_cls.") else None
+    if roles:
+        label = f"{cls.__module__}:{COLOCATED_WORKER}[" + ", ".join(f"{r}={c.__module__}:{c.__qualname__}" for r, c in roles.items()) + "]"
+    return label
 
 
 def _parse_strategy(value: RestartStrategy | str | None) -> RestartStrategy | None:

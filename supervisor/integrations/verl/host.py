@@ -62,8 +62,9 @@ class GroupHost(Protocol):
         """A pool name under this supervisor for a pool verl calls ``requested`` (unique in the host)."""
         ...
 
-    def settings(self, group: str) -> GroupSettings:
-        """How to supervise the group named ``group``."""
+    def settings(self, group: str, pool: str = "") -> GroupSettings:
+        """How to supervise the group named ``group`` (verl's name_prefix), made in verl's pool ``pool``
+        (its name_prefix: settings may name the pool, since verl's trainer names its groups at random)."""
         ...
 
     def register(self, hosted: HostedGroup) -> None:

@@ -1,0 +1,102 @@
+"""The roles of a supervised colocated group: what verl's ``spawn`` gives the trainer.
+
+verl's trainer puts every role of a resource pool (actor/rollout, critic, reference policy) into one
+actor per bundle (``create_colocated_worker_cls``: a ``WorkerDict`` whose methods are the roles'
+methods, prefixed ``role_``), creates one group of those actors and calls ``spawn`` for one group per
+role. verl's spawned groups are copies holding the actor handles of the moment; here each role is a
+view of the one supervised group, so a replaced actor is the role's actor too, calls go through the
+supervised dispatch, and the program's init of every role is replayed on a replacement in the order
+the program ran them (:meth:`SupervisedRayWorkerGroup._init_ran`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .group import SupervisedRayWorkerGroup
+
+__all__ = ["ArmingInit", "SupervisedRoleGroup", "colocated_roles"]
+
+
+class ArmingInit:
+    """A group's init method: runs the program's call, then tells the group it ran (same arguments),
+    so the supervisor re-runs it on replacements and looks again whether a process group formed."""
+
+    def __init__(self, owner: SupervisedRayWorkerGroup, bound: Any, method: str) -> None:
+        self._owner = owner
+        self._bound = bound
+        self._method = method  # the name on the actor (``role_init_model`` for a role)
+        self.__name__ = getattr(bound, "__name__", method)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._bound(*args, **kwargs)
+        self._owner._init_ran(self._method, args, kwargs)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bound, name)
+
+
+class SupervisedRoleGroup:
+    """One role of a supervised colocated group: the role's methods without their prefix, called on
+    the group's supervised actors; everything else (``world_size``, ``workers``, ``execute_all``, the
+    rollout's direct methods...) is the group's own."""
+
+    def __init__(self, parent: SupervisedRayWorkerGroup, role: str) -> None:
+        self._parent = parent
+        self.sub_cls_name = role
+        self.name_prefix = parent.name_prefix
+        self.ray_cls_with_init = parent.ray_cls_with_init
+        self.fused_worker_used = False
+        self.wg_dict = None
+        self.profile_steps = parent.profile_steps
+        self.worker_nsight_options = parent.worker_nsight_options
+        self.device_name = parent.device_name
+
+    @property
+    def role(self) -> str:
+        return self.sub_cls_name
+
+    @property
+    def parent(self) -> SupervisedRayWorkerGroup:
+        """The supervised group of all roles."""
+        return self._parent
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this view lacks.
+        if name.startswith("__") or "_parent" not in self.__dict__:
+            raise AttributeError(name)
+        parent = self._parent
+        method = f"{self.sub_cls_name}_{name}"
+        if method in parent.group.method_names:
+            bound = getattr(parent.group, method)
+            return ArmingInit(parent, bound, method) if name == parent.init_method else bound
+        return getattr(parent, name)
+
+    def teardown(self) -> None:
+        """The roles share their actors: tearing one down tears down the group (as killing verl's)."""
+        self._parent.teardown()
+
+    def __repr__(self) -> str:
+        return f"<SupervisedRoleGroup {self.sub_cls_name} of {self._parent!r}>"
+
+
+def colocated_roles(worker_dict_cls: Any) -> dict[str, type] | None:
+    """``{role: class}`` of a verl ``WorkerDict`` class, read from what ``create_colocated_worker_cls``
+    closed over; None when verl keeps it elsewhere (then only the roles ``spawn`` names are known)."""
+    cls = getattr(worker_dict_cls, "__ray_actor_class__", worker_dict_cls)
+    init = inspect.unwrap(cls.__dict__.get("__init__", None) or (lambda: None))
+    names, cells = getattr(init, "__code__", None), getattr(init, "__closure__", None)
+    if names is None or not cells:
+        return None
+    free = dict(zip(names.co_freevars, cells, strict=False))
+    cell = free.get("cls_dict")
+    try:
+        roles = cell.cell_contents if cell is not None else None
+    except ValueError:  # an empty cell
+        return None
+    if not isinstance(roles, dict):
+        return None
+    return {str(k): getattr(v, "__ray_actor_class__", v) for k, v in roles.items()}
