@@ -466,10 +466,11 @@ def _check_scaled(out, n, scale):
     assert torch.equal(out.batch["x"][order], (torch.arange(n).float() + 1) * scale)
 
 
-def test_colocated_roles_are_supervised_and_a_replacement_replays_every_roles_init_in_order(ray_cluster, no_leaks):
-    """verl's trainer: create_colocated_worker_cls, one group with no name_prefix, spawn, init_model on
-    each role (ref first, actor last). A replaced actor serves every role again, each init re-run in
-    the program's order; the role groups see the replacement because they are views of one group."""
+def test_colocated_roles_are_supervised_and_a_replacement_replays_every_roles_setup_in_order(ray_cluster, no_leaks):
+    """verl's trainer: create_colocated_worker_cls, one group with no name_prefix, spawn, then each
+    role set up (ref: init_model; actor as verl's critic: reset, set_loss_fn). A replaced actor serves
+    every role again, each setup call re-run in the program's order; the role groups see the
+    replacement because they are views of one group. verl's mesh dispatch runs per role."""
     from supervisor.errors import ConfigError
     from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
     from supervisor.integrations.verl.roles import SupervisedRoleGroup
@@ -483,22 +484,42 @@ def test_colocated_roles_are_supervised_and_a_replacement_replays_every_roles_in
         spawned = group.spawn(prefix_set=roles.keys())
         ref, actor = spawned["ref"], spawned["actor"]
         assert isinstance(ref, SupervisedRoleGroup) and ref.world_size == actor.world_size == 2
-        with pytest.raises(RuntimeError, match="init_model has not run"):
+        with pytest.raises(RuntimeError, match="not set up in this process"):
             actor.compute(_batch(4))
         ref.init_model()
-        actor.init_model()
-        _check_scaled(actor.compute(_batch(8)), 8, 2.0)
-        _check_scaled(ref.compute(_batch(8)), 8, 3.0)
+        actor.reset()
+        actor.set_loss_fn(abs)
+        setup = ["ref.init_model", "actor.reset", "actor.set_loss_fn:abs"]
+
+        def check_every_role():
+            _check_scaled(actor.compute(_batch(8)), 8, 2.0)
+            _check_scaled(ref.compute(_batch(8)), 8, 3.0)
+            # verl's make_nd_compute_dataproto_dispatch_fn("train"): one mesh name, laid out per role.
+            on_actor = actor.compute_on_mesh(_batch(8))
+            _check_scaled(on_actor, 8, 2.0)
+            assert sorted(set(on_actor.batch["rank"].tolist())) == [0, 1]  # two dp ranks
+            on_ref = ref.compute_on_mesh(_batch(8))
+            _check_scaled(on_ref, 8, 3.0)
+            assert set(on_ref.batch["rank"].tolist()) == {0}  # one dp rank, rank 0's output kept
+
+        check_every_role()
         before = {i["rank"]: i for i in actor.process_info()}
-        assert [before[r]["inits"] for r in (0, 1)] == [["ref", "actor"]] * 2
+        assert [before[r]["inits"] for r in (0, 1)] == [setup] * 2
         os.kill(before[1]["pid"], signal.SIGKILL)
         _wait_recovered(group, {1: 1})
         after = {i["rank"]: i for i in ref.process_info()}
-        assert after[1]["pid"] != before[1]["pid"] and after[1]["inits"] == ["ref", "actor"]  # both roles, in order
-        assert after[0] == before[0]  # one_for_one: rank 0 untouched, not re-initialised
+        assert after[1]["pid"] != before[1]["pid"] and after[1]["inits"] == setup  # every role, in order
+        assert after[0] == before[0]  # one_for_one: rank 0 untouched, not set up again
         assert ref.workers is group.workers  # the role groups call the replacement
-        _check_scaled(actor.compute(_batch(6)), 6, 2.0)
-        _check_scaled(ref.compute(_batch(6)), 6, 3.0)
+        check_every_role()
+
+        # A new rank 0 of independent replicas: the others keep serving, not set up twice.
+        os.kill(after[0]["pid"], signal.SIGKILL)
+        _wait_recovered(group, {0: 1})
+        again = {i["rank"]: i for i in actor.process_info()}
+        assert again[0]["pid"] != after[0]["pid"] and again[0]["inits"] == setup
+        assert again[1] == after[1]
+        check_every_role()
         with pytest.raises(ConfigError) as exc:
             group.spawn(prefix_set=["critic"])
         assert "no role 'critic'" in _one_line(exc) and "actor, ref" in str(exc.value)

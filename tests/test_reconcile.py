@@ -137,6 +137,16 @@ def test_a_new_rank_zero_gives_every_rank_the_new_rendezvous_and_reinitialises_t
     assert plan.renewed == (0,) and sorted(plan.serving) == [0, 1, 2, 3]  # only rank 0 has a new actor
 
 
+def test_independent_replicas_keep_serving_when_rank_zero_is_replaced():
+    group = FakeGroup(dataclasses.replace(_config(), rejoin_new_rank_zero=False))
+    group.step(_died(0))
+    plan = group.replaced(0)
+    assert plan.init is not None and plan.init.ranks == (0,) and not plan.init.propagate
+    assert group.rank_states() == [WorkerState.INITIALIZING] + [WorkerState.RUNNING] * 3
+    plan = group.initialised()
+    assert plan.renewed == (0,) and plan.serving == (0,)
+
+
 def test_a_transient_error_is_retried_after_a_backoff_and_charged_again():
     group = FakeGroup(_config(max_restarts=10))
     group.step(_died(1))

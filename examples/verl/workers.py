@@ -23,7 +23,12 @@ import ray
 import torch
 from verl import DataProto
 from verl.single_controller.base import Worker
-from verl.single_controller.base.decorator import Dispatch, Execute, register
+from verl.single_controller.base.decorator import (
+    Dispatch,
+    Execute,
+    make_nd_compute_dataproto_dispatch_fn,
+    register,
+)
 
 __all__ = ["SeedWorker", "DistSeedWorker", "LateDistSeedWorker", "RoleWorker", "VERL_ENV_KEYS"]
 
@@ -146,8 +151,13 @@ _INITS_IN_PROCESS: list[str] = []
 
 
 class RoleWorker(Worker):
-    """One role of a colocated worker: it serves :meth:`compute` only after its ``init_model`` ran in
-    this process, and the process remembers the order its roles were initialised in.
+    """One role of a colocated worker: it serves only after it was set up in this process
+    (``init_model``, or ``reset`` as verl's critic is), and the process logs every setup call of its
+    roles, in order.
+
+    Its mesh ``train`` (the name every verl engine worker uses) is laid out per role, as two colocated
+    roles may lay it out differently: ``ref`` on one dp rank (every rank gets the whole batch, rank 0's
+    output is kept), any other role with one dp rank per rank.
 
     Args:
         role: the role's name (verl's trainer: ``actor_rollout``, ``critic``, ``ref``).
@@ -155,29 +165,50 @@ class RoleWorker(Worker):
     """
 
     def __init__(self, role: str, scale: float) -> None:
-        super().__init__()  # inside a colocated worker verl skips the rank setup (DISABLE_WORKER_INIT)
+        super().__init__()
         self.role = role
         self.scale = scale
         self.ready = False
+        self.loss_fn: Any = None
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        _INITS_IN_PROCESS.append(self.role)
+    def _set_up(self, what: str) -> None:
+        _INITS_IN_PROCESS.append(f"{self.role}.{what}")
+        if not self.ready:
+            whole = self.role == "ref"
+            self._register_dispatch_collect_info("train", dp_rank=0 if whole else self.rank, is_collect=self.rank == 0 or not whole)
         self.ready = True
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        self._set_up("init_model")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def reset(self) -> None:
+        """verl's engine workers: initialise the engine (the trainer's critic setup)."""
+        self._set_up("reset")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def set_loss_fn(self, loss_fn: Any) -> None:
+        self.loss_fn = loss_fn
+        _INITS_IN_PROCESS.append(f"{self.role}.set_loss_fn:{getattr(loss_fn, '__name__', loss_fn)}")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def process_info(self) -> dict[str, Any]:
-        """This process: pid, rank, and every role init it ran, in order."""
-        return {"pid": os.getpid(), "rank": int(os.environ["RANK"]), "inits": list(_INITS_IN_PROCESS)}
+        """This process: pid, rank, and every setup call of its roles, in order."""
+        return {"pid": os.getpid(), "rank": self.rank, "inits": list(_INITS_IN_PROCESS)}
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute(self, data: DataProto) -> DataProto:
-        """``data.batch["x"]`` times ``scale``, ``idx`` kept; refused before ``init_model``."""
+        """``data.batch["x"]`` times ``scale``, ``idx`` kept, rows tagged with this rank; refused before setup."""
         if not self.ready:
-            raise RuntimeError(f"role {self.role}: init_model has not run in this process")
+            raise RuntimeError(f"role {self.role}: not set up in this process (init_model or reset)")
         idx = data.batch["idx"].clone()
-        rank = torch.full_like(idx, int(os.environ["RANK"]))
-        return DataProto.from_dict(tensors={"x": data.batch["x"] * self.scale, "idx": idx, "rank": rank})
+        return DataProto.from_dict(tensors={"x": data.batch["x"] * self.scale, "idx": idx, "rank": torch.full_like(idx, self.rank)})
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"))
+    def compute_on_mesh(self, data: DataProto) -> DataProto:
+        """:meth:`compute` dispatched on the role's ``train`` mesh (verl's engine workers' mode)."""
+        return self.compute(data)
 
 
 def _dist_initialized() -> bool:

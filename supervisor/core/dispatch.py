@@ -30,6 +30,7 @@ __all__ = [
     "make_nd_compute_dataproto_dispatch_fn",
     "dispatch_lazy_compute_data_proto",
     "collect_lazy_compute_data_proto",
+    "mesh_of",
     "dispatch_one_to_all",
     "dispatch_all_to_all",
     "collect_all_to_all",
@@ -281,7 +282,13 @@ def collect_lazy_compute_data_proto(mesh_name: str, worker_group: Any, *args: An
     return _mesh_collect(mesh_name, worker_group, *args, **kwargs)
 
 
-def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable[..., Any]]:
+def mesh_of(mode: Any) -> Any:
+    """The mesh a :func:`make_nd_compute_dataproto_dispatch_fn` mode dispatches on; None for any other mode."""
+    fn = mode.get("dispatch_fn") if isinstance(mode, dict) else None
+    return fn.args[0] if isinstance(fn, partial) and fn.func is _mesh_dispatch and fn.args else None
+
+
+def make_nd_compute_dataproto_dispatch_fn(mesh_name: Any) -> dict[str, Callable[..., Any]]:
     """A dispatch mode for workers that registered their dp rank on ``mesh_name``.
 
     Workers call ``self._register_dispatch_collect_info(mesh_name, dp_rank, is_collect)``; the group asks

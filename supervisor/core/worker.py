@@ -37,6 +37,7 @@ __all__ = [
     "send_probe",
     "send_rendezvous",
     "RUN_IN_ORDER_METHOD",
+    "MESH_INFO_METHOD",
 ]
 
 # The supervisor's calls run in their own concurrency groups, so they are answered while a user call
@@ -49,6 +50,8 @@ SUPERVISION_CONCURRENCY_GROUPS = {SENTINEL_GROUP: 1, PROBE_GROUP: 1}
 
 # The endpoint that replays several init calls in one (see SupervisedEndpoints._supervisor_run_in_order).
 RUN_IN_ORDER_METHOD = "_supervisor_run_in_order"
+# The endpoint a verl group asks for each rank's place on a mesh (SupervisedEndpoints._supervisor_mesh_info).
+MESH_INFO_METHOD = "_supervisor_mesh_info"
 
 
 def arm_sentinel(handle: Any, hold_s: float) -> Any:
@@ -176,10 +179,38 @@ class SupervisedEndpoints:
                 with concurrent.futures.ThreadPoolExecutor(1) as pool:
                     pool.submit(asyncio.run, result).result()
 
+    def _supervisor_mesh_info(self, mesh: str | tuple[str, str]) -> tuple[int, bool]:
+        """This process's dp rank on ``mesh`` and whether its output is collected there: its own
+        registration, or for ``(role, mesh)`` that of a colocated worker's role (each role registers
+        on its own inner worker, and two roles may use the same mesh name)."""
+        roles: dict[str, Any] = getattr(self, "worker_dict", None) or {}
+        if isinstance(mesh, (tuple, list)):
+            role, name = mesh
+            if role not in roles:
+                raise ValueError(f"{type(self).__name__} has no role {role!r}")
+            return _mesh_place(roles[role], name)
+        try:
+            return _mesh_place(self, mesh)
+        except (AssertionError, KeyError, ValueError, AttributeError):
+            # Not registered on the worker itself: a colocated worker's roles, if they agree.
+            places = set()
+            for worker in roles.values():
+                try:
+                    places.add(_mesh_place(worker, mesh))
+                except (AssertionError, KeyError, ValueError, AttributeError):
+                    continue
+            if len(places) == 1:
+                return places.pop()
+            raise ValueError(f"mesh {mesh!r} is registered by {'no role' if not places else 'several roles, differently'} of {type(self).__name__}") from None
+
     def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
         """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
         self._master_addr, self._master_port = str(master_addr), str(master_port)
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = self._master_addr, self._master_port
+
+
+def _mesh_place(worker: Any, mesh: str) -> tuple[int, bool]:
+    return int(worker._query_dispatch_info(mesh)), bool(worker.query_collect_info(mesh))
 
 
 class Worker(SupervisedEndpoints, WorkerHelper):

@@ -25,23 +25,39 @@ __all__ = ["LocalCluster", "AGENT_PORT_KEYS", "AGENT_PORT_RANGE"]
 # The node ports Ray lets its agents self-assign (the raylets' and GCS's own ports are bound and
 # listening in one step, so they are left to Ray).
 AGENT_PORT_KEYS = ("runtime_env_agent_port", "metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port")
-# Above Ray's default worker ports (10002-19999), below Linux's ephemeral range (32768-60999).
+# Above Ray's default worker ports (10002-19999), below Linux's default ephemeral range (32768-60999);
+# a machine whose ephemeral range reaches lower gets the part of this range outside it.
 AGENT_PORT_RANGE = range(20000, 32000)
+_EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 _lock = threading.Lock()
 _handed_out: set[int] = set()  # never the same port twice from one process, even after a node stopped
 
 
 def _free_ports(count: int) -> list[int]:
+    """``count`` ports of :data:`AGENT_PORT_RANGE` nothing listens on and the kernel does not hand out
+    for port 0. Raises RuntimeError when too few are left (a busy machine, a narrowed range)."""
+    candidates = [p for p in AGENT_PORT_RANGE if p not in _ephemeral_ports()]
     ports: list[int] = []
     with _lock:
-        while len(ports) < count:
-            port = random.choice(AGENT_PORT_RANGE)
-            if port in _handed_out or not _bindable(port):
-                continue
-            _handed_out.add(port)
-            ports.append(port)
+        for port in random.sample(candidates, len(candidates)):
+            if len(ports) == count:
+                break
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                ports.append(port)
+    if len(ports) < count:
+        raise RuntimeError(f"only {len(ports)} of {count} free agent ports in {AGENT_PORT_RANGE.start}-{AGENT_PORT_RANGE.stop - 1}")
     return ports
+
+
+def _ephemeral_ports() -> range:
+    try:
+        with open(_EPHEMERAL_RANGE_FILE) as f:
+            low, high = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(low, high + 1)
 
 
 def _bindable(port: int) -> bool:

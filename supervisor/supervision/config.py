@@ -31,6 +31,9 @@ class SupervisionConfig:
         init_method: worker method re-run on replacements (and on every rank when rank 0 is replaced).
         init_args, init_kwargs: its arguments.
         init_policy: strict per-rank timeout and attempts for that init.
+        rejoin_new_rank_zero: when rank 0 is replaced, the live ranks learn its new rendezvous and
+            re-run the init (ranks that meet at rank 0). False: they keep serving untouched
+            (independent replicas, whose init may not run twice in one process).
         probe_period_s, probe_timeout_s: health probe cadence and the timeout after which a rank is
             hung. A rank Ray reports unavailable (unreachable, not known dead), or whose death the GCS
             has not confirmed, is given ``probe_timeout_s`` too.
@@ -52,6 +55,7 @@ class SupervisionConfig:
     init_args: tuple[Any, ...] = ()
     init_kwargs: dict[str, Any] = field(default_factory=dict)
     init_policy: InitPolicy = field(default_factory=InitPolicy)
+    rejoin_new_rank_zero: bool = True
     probe_period_s: float = 5.0
     probe_timeout_s: float = 10.0
     call_timeout_s: float | None = None

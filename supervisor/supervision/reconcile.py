@@ -269,7 +269,7 @@ class _Planner:
             self._move(done.rank, WorkerState.FAILED, failure=retried, in_task=False, not_before=not_before)
             return
         self._move(done.rank, WorkerState.INITIALIZING, in_task=False, replaced=True)
-        if done.rank == 0:
+        if done.rank == 0 and self.config.rejoin_new_rank_zero:
             self.rendezvous_stale = True
 
     def _init_done(self, done: InitDone) -> None:

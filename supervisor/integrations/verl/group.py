@@ -29,11 +29,12 @@ from functools import partial
 from typing import Any
 
 from ...core.actor_class import ClassWithInitArgs
-from ...core.binding import registered_methods
+from ...core.binding import BoundGroupMethod, registered_methods
+from ...core.dispatch import make_nd_compute_dataproto_dispatch_fn, mesh_of
 from ...core.env import verl_worker_env_vars
 from ...core.group import DEFAULT_NAMESPACE, WorkerGroup
 from ...core.protocol_family import ProtocolFamily, register_protocol_family
-from ...core.worker import RUN_IN_ORDER_METHOD, SupervisedEndpoints
+from ...core.worker import MESH_INFO_METHOD, RUN_IN_ORDER_METHOD, SupervisedEndpoints
 from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
@@ -48,7 +49,7 @@ from .host import HostedGroup, current_host
 from .modes import read_verl_method_spec
 from .pool import POOL_NAME_ATTR, library_pool_of
 from .program_exit import stop_at_exit
-from .roles import ArmingInit, SupervisedRoleGroup, colocated_roles
+from .roles import ROLE_SETUP_METHODS, ArmingInit, SupervisedRoleGroup, colocated_roles
 from .strategy import choose_strategy
 
 __all__ = ["SupervisedRayWorkerGroup", "VerlRanks", "DEFAULT_INIT_METHOD"]
@@ -87,11 +88,40 @@ class VerlRanks(WorkerGroup):
     collective = False
     rendezvous_wait_s = 30.0
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, roles: tuple[str, ...] = (), **kwargs: Any) -> None:
         self._rdv_cond = threading.Condition()
         self._rdv_generation = 0  # rendezvous picked so far
         self._env_generation: dict[int, int] = {}  # rank -> rendezvous its actor was created with
         super().__init__(*args, **kwargs)
+        self._qualify_role_meshes(roles)
+
+    def _qualify_role_meshes(self, roles: tuple[str, ...]) -> None:
+        # The roles of a colocated worker register their meshes on their own inner workers, and may use
+        # the same name ("train" for every engine worker): a role's mesh methods ask for (role, mesh).
+        longest_first = sorted(roles, key=len, reverse=True)
+        for name in list(self.method_names):
+            role = next((r for r in longest_first if name.startswith(r + "_")), None)
+            bound = getattr(self, name, None)
+            mesh = mesh_of(bound.spec.dispatch_mode) if role is not None and isinstance(bound, BoundGroupMethod) else None
+            if isinstance(mesh, str):
+                spec = dataclasses.replace(bound.spec, dispatch_mode=make_nd_compute_dataproto_dispatch_fn((role, mesh)))  # type: ignore[union-attr]
+                setattr(self, name, BoundGroupMethod(self, name, spec))
+
+    def dispatch_info(self, mesh_name: Any) -> list[int]:
+        if mesh_name not in self._dispatch_info:
+            self._read_mesh(mesh_name)
+        return self._dispatch_info[mesh_name]
+
+    def collect_info(self, mesh_name: Any) -> list[bool]:
+        if mesh_name not in self._collect_info:
+            self._read_mesh(mesh_name)
+        return self._collect_info[mesh_name]
+
+    def _read_mesh(self, mesh: Any) -> None:
+        # One call for both: verl's Worker registers them together, on the worker or on a role's.
+        answers = self.execute_all_sync(MESH_INFO_METHOD, mesh)
+        self._dispatch_info[mesh] = [int(a[0]) for a in answers]
+        self._collect_info[mesh] = [bool(a[1]) for a in answers]
 
     def _pick_new_rendezvous(self) -> Any:
         rdv = super()._pick_new_rendezvous()
@@ -189,7 +219,8 @@ def colocated_kind(ray_cls_with_init: Any) -> str | None:
     cls = getattr(ray_cls_with_init, "cls", None)
     cls = getattr(cls, "__ray_actor_class__", cls)  # ray.remote(...) wraps the class
     qualname = str(getattr(cls, "__qualname__", ""))
-    if getattr(ray_cls_with_init, "fused_worker_used", False) or qualname.startswith("create_colocated_worker_raw_cls."):
+    # A raw fused class is renamed FusedWorker_<roles> by verl and keeps its roles in raw_cls_dict.
+    if getattr(ray_cls_with_init, "fused_worker_used", False) or isinstance(getattr(cls, "raw_cls_dict", None), dict):
         return FUSED_WORKER
     if qualname.startswith("create_colocated_worker_cls."):
         return COLOCATED_WORKER
@@ -270,7 +301,12 @@ class SupervisedRayWorkerGroup:
         self._init_method: str | None = None
         # A WorkerDict: every role's methods, prefixed; its role groups come from spawn().
         self._colocated = colocated_kind(ray_cls_with_init) == COLOCATED_WORKER
+        # Its roles, when verl's class shows them (else any method's prefix may be a role).
+        known = colocated_roles(getattr(ray_cls_with_init, "cls", None)) if self._colocated else None
+        self._roles: tuple[str, ...] | None = tuple(known) if known is not None else (None if self._colocated else ())
         self._init_calls: dict[str, tuple[str, tuple[Any, ...], dict[str, Any]]] = {}  # in the program's order
+        self._init_lock = threading.Lock()
+        self._init_timeout_s = 0.0  # one init's timeout (a colocated group's replay scales it)
         self._strategy_fixed = False
         master_addr, master_port = kwargs.pop("master_addr", None), kwargs.pop("master_port", None)
         use_gpu = kwargs.pop("use_gpu", resource_pool.use_gpu if resource_pool is not None else True)
@@ -288,7 +324,7 @@ class SupervisedRayWorkerGroup:
             raise ConfigError("use_gpu is True but resource_pool.use_gpu is False")
         cls_with_init = _SupervisedClassWithInitArgs.from_verl(ray_cls_with_init)
         methods = registered_methods(cls_with_init.user_cls, read_verl_method_spec)  # bad modes fail here, before anything exists
-        armable = init_method is not None and _has_init(methods, init_method, self._colocated)
+        armable = init_method is not None and _has_init(methods, init_method, self._roles)
         if init_method is not None and not armable and init_method != DEFAULT_INIT_METHOD:
             raise ConfigError(
                 f"init_method {init_method!r} is not a registered method of {cls_with_init.original_cls.__name__} "
@@ -327,7 +363,7 @@ class SupervisedRayWorkerGroup:
 
         host = current_host()
         self._host = host
-        settings = host.settings(self.name_prefix, str(getattr(verl_pool, "name_prefix", "") or "")) if host is not None else None
+        settings = host.settings(self.name_prefix, pool=str(getattr(verl_pool, "name_prefix", "") or "")) if host is not None else None
         hooks = host.hooks if host is not None else default_hooks()
         pool = library_pool_of(verl_pool, "STRICT_PACK" if bin_pack else "PACK", host)
         owned_pgs = pool.pgs is None
@@ -339,13 +375,13 @@ class SupervisedRayWorkerGroup:
             worker_env=worker_env,
             namespace=_namespace(host),
             hooks=hooks,
-            group_factory=partial(VerlRanks, master_addr=master_addr, master_port=master_port),
+            group_factory=partial(VerlRanks, master_addr=master_addr, master_port=master_port, roles=self._roles or ()),
             actor_start_timeout_s=(settings.config if settings is not None else (supervision or SupervisionConfig())).actor_start_timeout_s,
         )
         try:
             config = settings.config if settings is not None else (supervision or SupervisionConfig())
             self._init_method = config.init_method or init_method
-            if config.init_method is not None and not _has_init(group.method_names, config.init_method, self._colocated):
+            if config.init_method is not None and not _has_init(group.method_names, config.init_method, self._roles):
                 raise ConfigError(
                     f"init_method {config.init_method!r} (the spec's, for group {self.name_prefix}) is not a registered "
                     f"method of {cls_with_init.original_cls.__name__}"
@@ -359,9 +395,11 @@ class SupervisedRayWorkerGroup:
                 config,
                 restart=dataclasses.replace(config.restart, strategy=strategy),
                 init_method=None,  # armed once the program ran it (see _init_ran)
+                rejoin_new_rank_zero=collective,  # independent replicas: a new rank 0 leaves the others alone
                 in_flight=config.in_flight or InFlightPolicy.RETRY,
                 standbys=0,  # verl's Worker reads RANK in its constructor: no rank-less standbys
             )
+            self._init_timeout_s = config.init_policy.timeout_s
             self.supervisor = GroupSupervisor(group, config, hooks).start()
             stop_at_exit(self.supervisor)
             if self._init_method is not None and not self._colocated:  # a role's is armed by its role group
@@ -394,20 +432,31 @@ class SupervisedRayWorkerGroup:
         supervisor = self.supervisor
         if supervisor is None:
             return
-        changes: dict[str, Any] = {}
-        if self._colocated:  # every role's init, replayed in one call in the order the program ran them
-            self._init_calls[method] = (method, tuple(args), dict(kwargs))
-            changes.update(init_method=RUN_IN_ORDER_METHOD, init_args=(tuple(self._init_calls.values()),), init_kwargs={})
-        elif supervisor.config.init_method is None:
-            changes.update(init_method=method, init_args=tuple(args), init_kwargs=dict(kwargs))
         group = self._group
-        if not self._strategy_fixed and supervisor.config.restart.strategy is RestartStrategy.ONE_FOR_ONE and _collective(group):
-            group.collective = True  # type: ignore[attr-defined]
-            changes["restart"] = dataclasses.replace(supervisor.config.restart, strategy=RestartStrategy.ONE_FOR_ALL)
-            log.info("verl_group_strategy", group=group.name, strategy="one_for_all", why="process group formed by init")
+        with self._init_lock:  # role inits may run from several threads; each change sees the last
+            if self._colocated:  # every role's setup call, replayed in one call in the program's order
+                self._init_calls[method] = (method, tuple(args), dict(kwargs))
+                calls = tuple(self._init_calls.values())
+                policy = supervisor.config.init_policy
+                changes: dict[str, Any] = dict(
+                    init_method=RUN_IN_ORDER_METHOD, init_args=(calls,), init_kwargs={},
+                    # One call loads every role's model: each gets the timeout one init would.
+                    init_policy=dataclasses.replace(policy, timeout_s=self._init_timeout_s * len(calls)),
+                )  # fmt: skip
+            elif supervisor.config.init_method is None:
+                changes = dict(init_method=method, init_args=tuple(args), init_kwargs=dict(kwargs))
+            else:
+                changes = {}
+            if changes:  # before the probe below: a replacement started meanwhile replays this call too
+                supervisor.config = dataclasses.replace(supervisor.config, **changes)
+            if not self._strategy_fixed and supervisor.config.restart.strategy is RestartStrategy.ONE_FOR_ONE and _collective(group):
+                group.collective = True  # type: ignore[attr-defined]
+                restart = dataclasses.replace(supervisor.config.restart, strategy=RestartStrategy.ONE_FOR_ALL)
+                # New recovery tasks and every later plan read the supervisor's config.
+                supervisor.config = dataclasses.replace(supervisor.config, restart=restart, rejoin_new_rank_zero=True)
+                changes["restart"] = restart
+                log.info("verl_group_strategy", group=group.name, strategy="one_for_all", why="process group formed by init")
         if changes:
-            # New recovery tasks and every later plan read the supervisor's config.
-            supervisor.config = dataclasses.replace(supervisor.config, **changes)
             supervisor.hooks.on_supervision_changed(group.name)
 
     # -- verl's surface -------------------------------------------------------------------------
@@ -429,16 +478,20 @@ class SupervisedRayWorkerGroup:
         """The method re-run on replacements once the program ran it (a colocated group's: each role's)."""
         return self._init_method
 
+    @property
+    def role_setup_methods(self) -> tuple[str, ...]:
+        """The methods of a role whose calls a replacement replays: the init and verl's setup calls."""
+        return (self._init_method, *ROLE_SETUP_METHODS) if self._init_method is not None else ()
+
     def spawn(self, prefix_set: Any) -> dict[str, Any]:
         """verl's: one group per role. A colocated group's roles are views of this supervised group
         (:class:`~.roles.SupervisedRoleGroup`); any other group's are verl's attached copies."""
         if not self._colocated or self.supervisor is None:
             return self._group.spawn(prefix_set)  # type: ignore[no-any-return]
         roles = list(prefix_set)
-        known = colocated_roles(self._group.cls_with_init.original_cls) if isinstance(self._group.cls_with_init, _SupervisedClassWithInitArgs) else None
-        unknown = [r for r in roles if known is not None and r not in known]
+        unknown = [r for r in roles if self._roles is not None and r not in self._roles]
         if unknown:
-            raise ConfigError(f"group {self.name_prefix} has no role {unknown[0]!r} (roles: {', '.join(sorted(known or ()))})")
+            raise ConfigError(f"group {self.name_prefix} has no role {unknown[0]!r} (roles: {', '.join(sorted(self._roles or ()))})")
         return {role: SupervisedRoleGroup(self, role) for role in roles}
 
     def fuse(self, prefix_set: Any) -> None:
@@ -529,9 +582,14 @@ def _collective(group: WorkerGroup, timeout_s: float = 60.0) -> bool:
     return any(answers)
 
 
-def _has_init(methods: list[str], name: str, colocated: bool) -> bool:
-    """Whether the class has init method ``name``: registered, or for a colocated class, a role's."""
-    return name in methods or (colocated and any(m.endswith("_" + name) for m in methods))
+def _has_init(methods: list[str], name: str, roles: tuple[str, ...] | None) -> bool:
+    """Whether the class has init method ``name``: registered, or a role's (``roles`` None: a colocated
+    class whose roles verl does not show, so any prefix)."""
+    if name in methods:
+        return True
+    if roles is None:
+        return any(m.endswith("_" + name) for m in methods)
+    return any(f"{role}_{name}" in methods for role in roles)
 
 
 def _worker_class_label(cls: type) -> str:

@@ -3,7 +3,8 @@
 verl stores ``{dispatch_mode, execute_mode, blocking}`` under the same magic attribute as ours, but
 its modes are members of verl's ``Dispatch``/``Execute`` (another class than ours). A verl mode
 whose functions are still verl's predefined ones maps to our mode of the same name, so verl's
-DataProto goes through our dispatch (padding a copy, one-line errors, the supervised call). Any
+DataProto goes through our dispatch (padding a copy, one-line errors, the supervised call); so does a
+mode made by verl's ``make_nd_compute_dataproto_dispatch_fn`` (verl's FSDP and engine workers). Any
 other verl mode (registered with verl's ``register_dispatch_mode``, or changed with
 ``update_dispatch_mode``, at any time before the group binds) runs verl's registered functions.
 """
@@ -17,7 +18,7 @@ from verl.protocol import _padding_size_key as VERL_PADDING_KEY
 from verl.single_controller.base import decorator as verl_decorator
 
 from ...core.decorator import MAGIC_ATTR, MethodSpec
-from ...core.dispatch import PADDING_SIZE_KEY
+from ...core.dispatch import PADDING_SIZE_KEY, make_nd_compute_dataproto_dispatch_fn
 from ...core.modes import Dispatch, Execute
 from ...errors import ConfigError
 
@@ -46,7 +47,22 @@ def _with_our_padding_key(dispatch_fn: Any) -> Any:
 
 
 def _custom(fns: dict[str, Any]) -> dict[str, Any]:
+    mesh = _verl_mesh(fns)
+    if mesh is not None:  # verl's mesh dispatch is ours too: it asks the group for each rank's dp rank
+        return make_nd_compute_dataproto_dispatch_fn(mesh)
     return {"dispatch_fn": _with_our_padding_key(fns["dispatch_fn"]), "collect_fn": fns["collect_fn"]}
+
+
+def _verl_mesh(fns: dict[str, Any]) -> str | None:
+    """The mesh of a mode made by verl's ``make_nd_compute_dataproto_dispatch_fn`` (partials of verl's
+    lazy mesh functions, which work only on verl's own WorkerGroup); None for any other functions."""
+    dispatch, collect = fns.get("dispatch_fn"), fns.get("collect_fn")
+    if not (isinstance(dispatch, functools.partial) and isinstance(collect, functools.partial)):
+        return None
+    stock = (dispatch.func is verl_decorator.dispatch_lazy_compute_data_proto, collect.func is verl_decorator.collect_lazy_compute_data_proto)
+    if not all(stock) or len(dispatch.args) != 1 or dispatch.args != collect.args or dispatch.keywords or collect.keywords:
+        return None
+    return str(dispatch.args[0])
 
 
 def translate_dispatch_mode(mode: Any, where: str) -> Any:

@@ -5,8 +5,9 @@ actor per bundle (``create_colocated_worker_cls``: a ``WorkerDict`` whose method
 methods, prefixed ``role_``), creates one group of those actors and calls ``spawn`` for one group per
 role. verl's spawned groups are copies holding the actor handles of the moment; here each role is a
 view of the one supervised group, so a replaced actor is the role's actor too, calls go through the
-supervised dispatch, and the program's init of every role is replayed on a replacement in the order
-the program ran them (:meth:`SupervisedRayWorkerGroup._init_ran`).
+supervised dispatch, and the calls that set every role up (its ``init_model``, and verl's ``reset`` and
+``set_loss_fn``) are replayed on a replacement in the order the program made them
+(:meth:`SupervisedRayWorkerGroup._init_ran`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .group import SupervisedRayWorkerGroup
 
-__all__ = ["ArmingInit", "SupervisedRoleGroup", "colocated_roles"]
+__all__ = ["ArmingInit", "SupervisedRoleGroup", "colocated_roles", "ROLE_SETUP_METHODS"]
+
+# Besides its init method, the calls that set a role up, replayed on a replacement too: verl's trainer
+# sets its critic up with ``reset()`` (the engine's initialisation) and ``set_loss_fn(...)``.
+ROLE_SETUP_METHODS = ("reset", "set_loss_fn")
 
 
 class ArmingInit:
@@ -54,6 +59,7 @@ class SupervisedRoleGroup:
         self.profile_steps = parent.profile_steps
         self.worker_nsight_options = parent.worker_nsight_options
         self.device_name = parent.device_name
+        self._dispatch_info: dict[str, list[int]] = {}  # verl's trainer caches a role's meshes here
 
     @property
     def role(self) -> str:
@@ -72,7 +78,7 @@ class SupervisedRoleGroup:
         method = f"{self.sub_cls_name}_{name}"
         if method in parent.group.method_names:
             bound = getattr(parent.group, method)
-            return ArmingInit(parent, bound, method) if name == parent.init_method else bound
+            return ArmingInit(parent, bound, method) if name in parent.role_setup_methods else bound
         return getattr(parent, name)
 
     def teardown(self) -> None:
