@@ -256,6 +256,27 @@ def test_ranks_that_form_a_process_group_in_init_model_switch_to_one_for_all(ray
         _teardown(group, pool)
 
 
+def test_a_process_group_formed_in_init_model_is_seen_when_the_strategy_is_given(ray_cluster):
+    """restart_strategy="one_for_all" given, ranks joining gloo in init_model (verl's actor workers): a
+    new rank 0 must still hand every rank its rendezvous, so the rebuilt group forms again."""
+    from supervisor.supervision.restart_policy import RestartStrategy
+
+    group, pool = _seed_group("latefixed", [2], worker="LateDistSeedWorker", restart_strategy="one_for_all")
+    try:
+        assert not group.supervisor.config.rejoin_new_rank_zero  # nothing joined a group yet
+        group.init_model()
+        assert group.supervisor.config.rejoin_new_rank_zero and group.restart_strategy is RestartStrategy.ONE_FOR_ALL
+        before = {i["rank"]: i for i in group.model_info()}
+        os.kill(before[0]["pid"], signal.SIGKILL)
+        _wait_recovered(group, {0: 1})
+        after = {i["rank"]: i for i in group.model_info()}
+        assert all(after[r]["pid"] != before[r]["pid"] for r in (0, 1))
+        assert after[1]["env"]["MASTER_PORT"] == after[0]["env"]["MASTER_PORT"] != before[0]["env"]["MASTER_PORT"]
+        assert group.all_reduce_rank() == [3.0, 3.0]
+    finally:
+        _teardown(group, pool)
+
+
 def test_strategy_keyword_overrides_the_runtime_default(ray_cluster):
     from supervisor.supervision.restart_policy import RestartStrategy
 

@@ -55,6 +55,11 @@ def test_rank_zero_replacement_reruns_every_rank():
     assert needs_new_rendezvous([0, 2]) and not needs_new_rendezvous([1, 2])
 
 
+def test_independent_replicas_rerun_only_a_failed_rank_zero():
+    plan = plan_next_round(attempts((0, 1, DIED), (1, 1, OK), (2, 1, OK)), 3, POLICY, ranks=[0], rejoin_new_rank_zero=False)
+    assert plan.replace == (0,) and not plan.new_rendezvous and plan.run == (0,)
+
+
 def test_rerun_after_rendezvous_does_not_consume_attempts():
     # rank 1 re-ran only because rank 0 got a new rendezvous; its OK calls are not failures
     history = attempts((0, 1, RAISED), (1, 1, OK), (0, 2, RAISED), (1, 2, OK))

@@ -37,7 +37,8 @@ _handed_out: set[int] = set()  # never the same port twice from one process, eve
 def _free_ports(count: int) -> list[int]:
     """``count`` ports of :data:`AGENT_PORT_RANGE` nothing listens on and the kernel does not hand out
     for port 0. Raises RuntimeError when too few are left (a busy machine, a narrowed range)."""
-    candidates = [p for p in AGENT_PORT_RANGE if p not in _ephemeral_ports()]
+    ephemeral = _ephemeral_ports()
+    candidates = [p for p in AGENT_PORT_RANGE if p not in ephemeral]
     ports: list[int] = []
     with _lock:
         for port in random.sample(candidates, len(candidates)):

@@ -141,7 +141,11 @@ def failures_per_rank(history: Sequence[RankAttempt]) -> dict[int, int]:
 
 
 def plan_next_round(
-    history: Sequence[RankAttempt], world_size: int, policy: InitPolicy, ranks: Sequence[int] | None = None
+    history: Sequence[RankAttempt],
+    world_size: int,
+    policy: InitPolicy,
+    ranks: Sequence[int] | None = None,
+    rejoin_new_rank_zero: bool = True,
 ) -> InitPlan:
     """Decide the next round from every attempt so far.
 
@@ -150,6 +154,8 @@ def plan_next_round(
         world_size: ranks in the group.
         policy: attempts and backoff.
         ranks: the ranks to initialise (default all); others are only re-run by the rendezvous rule.
+        rejoin_new_rank_zero: the rendezvous rule (a replaced rank 0 re-runs every rank); False for
+            independent replicas, whose other ranks are left alone.
     """
     scope = tuple(sorted(set(ranks))) if ranks is not None else tuple(range(world_size))
     latest = _latest(history)
@@ -164,7 +170,7 @@ def plan_next_round(
     if exhausted:
         return InitPlan(failed_ranks=exhausted, reasons={r: latest[r].outcome.value for r in exhausted})
     replace = tuple(failing)
-    new_rendezvous = needs_new_rendezvous(replace)
+    new_rendezvous = rejoin_new_rank_zero and needs_new_rendezvous(replace)
     run = tuple(range(world_size)) if new_rendezvous else tuple(sorted(set(replace) | set(never_run)))
     backoff = policy.backoff_s(max(failures.get(r, 0) for r in failing)) if failing else 0.0
     return InitPlan(replace=replace, new_rendezvous=new_rendezvous, run=run, backoff_s=backoff)

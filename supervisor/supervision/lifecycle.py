@@ -230,6 +230,7 @@ def init_group(
     sleep: Callable[[float], None] = time.sleep,
     ranks: list[int] | None = None,
     kill_on_failure: bool = True,
+    rejoin_new_rank_zero: bool = True,
 ) -> list[RankAttempt]:
     """Run ``method(*args, **kwargs)`` on every rank, strictly: per-worker timeout, per-rank retries.
 
@@ -248,6 +249,8 @@ def init_group(
             still re-runs every rank when rank 0 is replaced.
         kill_on_failure: kill the group's actors when a rank runs out of attempts (a supervisor
             that escalates instead passes False and leaves the decision to its owner).
+        rejoin_new_rank_zero: False: a replaced rank 0 leaves the other ranks alone (independent
+            replicas; see :class:`~supervisor.supervision.config.SupervisionConfig`).
 
     Returns:
         Every attempt, in order.
@@ -264,7 +267,7 @@ def init_group(
     history: list[RankAttempt] = []
     calls = dict.fromkeys(range(world), 0)
     while True:
-        plan = plan_next_round(history, world, policy, ranks)
+        plan = plan_next_round(history, world, policy, ranks, rejoin_new_rank_zero)
         if plan.done:
             return history
         if plan.failed_ranks:

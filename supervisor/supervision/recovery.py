@@ -210,6 +210,7 @@ class InitTask:
                 init_group(
                     group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, hooks,  # type: ignore[arg-type]
                     sleep=self.runner.sleep, ranks=list(order.ranks), kill_on_failure=False,
+                    rejoin_new_rank_zero=cfg.rejoin_new_rank_zero,
                 )  # fmt: skip
             return InitDone(order.ranks, hooks.rebuilt())
         except RecoveryStopped:

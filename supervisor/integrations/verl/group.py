@@ -117,9 +117,25 @@ class VerlRanks(WorkerGroup):
             self._read_mesh(mesh_name)
         return self._collect_info[mesh_name]
 
-    def _read_mesh(self, mesh: Any) -> None:
-        # One call for both: verl's Worker registers them together, on the worker or on a role's.
-        answers = self.execute_all_sync(MESH_INFO_METHOD, mesh)
+    def _read_mesh(self, mesh: Any, timeout_s: float = 120.0) -> None:
+        # One call for both: verl's Worker registers them together, on the worker or on a role's. A
+        # rank being replaced (dead, or not set up again yet) answers once it serves: wait for it.
+        import ray
+
+        started = reported = time.monotonic()
+        while True:
+            try:
+                answers = self.execute_all_sync(MESH_INFO_METHOD, mesh)
+                break
+            except ray.exceptions.RayError as exc:
+                now = time.monotonic()
+                recovering = isinstance(exc, ray.exceptions.RayActorError) or bool(self._rebuilding())
+                if not recovering or now - started >= timeout_s:
+                    raise
+                if now - reported >= 5.0:
+                    reported = now
+                    log.info("mesh_info_waiting_for_ranks", group=self.name, mesh=str(mesh), waited_s=round(now - started, 1))
+                time.sleep(0.5)
         self._dispatch_info[mesh] = [int(a[0]) for a in answers]
         self._collect_info[mesh] = [bool(a[1]) for a in answers]
 
@@ -434,28 +450,35 @@ class SupervisedRayWorkerGroup:
             return
         group = self._group
         with self._init_lock:  # role inits may run from several threads; each change sees the last
-            if self._colocated:  # every role's setup call, replayed in one call in the program's order
-                self._init_calls[method] = (method, tuple(args), dict(kwargs))
+            entry = (method, tuple(args), dict(kwargs))
+            changes: dict[str, Any] = {}
+            if self._colocated and _same_call(self._init_calls.get(method), entry):
+                pass  # the same setup again (a reset between phases): nothing new to replay
+            elif self._colocated:  # every role's setup call, replayed in one call in the program's order
+                self._init_calls[method] = entry
                 calls = tuple(self._init_calls.values())
                 policy = supervisor.config.init_policy
-                changes: dict[str, Any] = dict(
+                changes = dict(
                     init_method=RUN_IN_ORDER_METHOD, init_args=(calls,), init_kwargs={},
                     # One call loads every role's model: each gets the timeout one init would.
                     init_policy=dataclasses.replace(policy, timeout_s=self._init_timeout_s * len(calls)),
                 )  # fmt: skip
             elif supervisor.config.init_method is None:
-                changes = dict(init_method=method, init_args=tuple(args), init_kwargs=dict(kwargs))
-            else:
-                changes = {}
+                changes = dict(init_method=method, init_args=entry[1], init_kwargs=entry[2])
             if changes:  # before the probe below: a replacement started meanwhile replays this call too
                 supervisor.config = dataclasses.replace(supervisor.config, **changes)
-            if not self._strategy_fixed and supervisor.config.restart.strategy is RestartStrategy.ONE_FOR_ONE and _collective(group):
+            # A process group formed by this call (verl's workers join theirs in init_model): its ranks
+            # meet at rank 0, so a new rank 0 needs them all, and unless a strategy was given, a lost
+            # rank needs them all rebuilt. Once formed, there is nothing more to look for.
+            if not getattr(group, "collective", False) and _collective(group):
                 group.collective = True  # type: ignore[attr-defined]
-                restart = dataclasses.replace(supervisor.config.restart, strategy=RestartStrategy.ONE_FOR_ALL)
                 # New recovery tasks and every later plan read the supervisor's config.
-                supervisor.config = dataclasses.replace(supervisor.config, restart=restart, rejoin_new_rank_zero=True)
-                changes["restart"] = restart
-                log.info("verl_group_strategy", group=group.name, strategy="one_for_all", why="process group formed by init")
+                config = dataclasses.replace(supervisor.config, rejoin_new_rank_zero=True)
+                changes["rejoin_new_rank_zero"] = True
+                if not self._strategy_fixed and config.restart.strategy is RestartStrategy.ONE_FOR_ONE:
+                    config = dataclasses.replace(config, restart=dataclasses.replace(config.restart, strategy=RestartStrategy.ONE_FOR_ALL))
+                    log.info("verl_group_strategy", group=group.name, strategy="one_for_all", why="process group formed by init")
+                supervisor.config = config
         if changes:
             supervisor.hooks.on_supervision_changed(group.name)
 
@@ -580,6 +603,13 @@ def _collective(group: WorkerGroup, timeout_s: float = 60.0) -> bool:
     if len(ready) < len(refs):
         log.warning("verl_strategy_probe_unanswered", group=group.name, missing=len(refs) - len(ready), waited_s=timeout_s)
     return any(answers)
+
+
+def _same_call(recorded: Any, entry: Any) -> bool:
+    try:
+        return bool(recorded == entry)
+    except Exception:  # arguments without a plain equality (tensors, arrays): take it as new
+        return False
 
 
 def _has_init(methods: list[str], name: str, roles: tuple[str, ...] | None) -> bool:
