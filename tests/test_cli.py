@@ -41,3 +41,32 @@ def test_console_script_is_installed():
     exe = os.path.join(os.path.dirname(sys.executable), "supervisor")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and __version__ in out.stdout
+
+
+def test_validate_accepts_every_example_spec_and_describes_it():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for spec in sorted(root.glob("examples/**/*.toml")):
+        run = "[run." in spec.read_text() or spec.name == "run.toml"
+        result = CliRunner().invoke(main, ["validate", *(["--run"] if run else []), "--json", str(spec)])
+        assert result.exit_code == 0, (spec, result.output)
+        described = json.loads(result.output)
+        assert described["valid"] and described["spec"] == str(spec)
+    result = CliRunner().invoke(main, ["validate", str(root / "examples/rlhf/rlhf.toml")])
+    assert result.exit_code == 0 and result.output.strip().endswith("valid (supervisor rlhf-demo: 2 pool(s), 2 group(s), a driver)")
+
+
+def test_validate_names_every_problem_in_one_line_each_and_exits_2(tmp_path):
+    spec = tmp_path / "bad.toml"
+    spec.write_text('[supervisor]\nname = "x"\nheartbeat_interval_s = "soon"\n[pools.p]\nprocess_on_nodes = [1]\n[groups.g]\npool = "q"\nclass = "m:C"\n')
+    result = CliRunner().invoke(main, ["validate", "--no-imports", str(spec)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert any("supervisor.heartbeat_interval_s" in line for line in lines) and any("groups.g.pool: pool 'q' is not defined" in line for line in lines)
+    assert all(line.startswith(f"error: {spec}: ") for line in lines)
+    result = CliRunner().invoke(main, ["validate", "--no-imports", "--json", str(spec)])
+    out = json.loads(result.output)
+    assert result.exit_code == 2 and not out["valid"] and len(out["problems"]) == len(lines)
+    missing = CliRunner().invoke(main, ["validate", str(tmp_path / "none.toml")])
+    assert missing.exit_code == 2 and "cannot read the spec" in missing.output

@@ -129,6 +129,22 @@ def test_fewer_ready_standbys_than_wanted():
 
 # -- real faults on a real cluster -----------------------------------------------------------------
 
+def test_every_kind_has_a_severity_and_fail_on_picks_the_threshold():
+    from supervisor.cli.doctor import Finding, Severity, fails
+
+    def found(kind):
+        return Finding(kind, "s", "d", "f")
+
+    assert {k: found(k).severity for k in FindingKind}  # every kind has one
+    restart, leak, hung = found(FindingKind.RESTARTS), found(FindingKind.LEAKED_PLACEMENT_GROUP), found(FindingKind.HUNG)
+    assert (restart.severity, leak.severity, hung.severity) == (Severity.INFO, Severity.WARNING, Severity.ERROR)
+    assert not fails([restart], Severity.WARNING) and fails([restart], Severity.INFO)  # a restart alone is not a failure
+    assert fails([restart, leak], Severity.WARNING) and not fails([restart, leak], Severity.ERROR)
+    assert fails([hung], Severity.ERROR) and not fails([hung], None) and not fails([], Severity.INFO)
+    assert leak.as_dict()["severity"] == "warning" and "[warning: leaked placement group] s: d" in render_findings([leak])
+    assert Severity.parse("error") is Severity.ERROR
+
+
 from daemon_harness import BIN, ENV, TESTS_DIR  # noqa: E402 - the real-cluster half starts here
 
 
@@ -246,3 +262,22 @@ def test_a_waiting_placement_group_says_what_is_missing_and_who_holds_it():
     assert (finding.kind, finding.subject) == (FindingKind.WAITING, "job.p:pg2:0")
     assert "0/2 bundles placed" in finding.detail and "old-sweep-gpus [CREATED] holds GPU 3" in finding.detail
 
+
+
+def test_doctor_fail_on_sets_the_exit_code_on_a_real_cluster(cluster):
+    env = {**ENV, "RAY_ADDRESS": cluster.address}
+    script = f"import ray; ray.init(address={cluster.address!r}); from ray.util import placement_group as p; "
+    script += "g = p([{'CPU': 1}], name='fail-on-leak', lifetime='detached'); g.wait(30)"
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, capture_output=True, timeout=60)
+    time.sleep(1)
+    codes = {}
+    for level in ("warning", "error", "never"):
+        out = subprocess.run([str(BIN / "supervisor"), "doctor", "--fail-on", level], capture_output=True, text=True, env=env, timeout=60)
+        codes[level] = out.returncode
+        assert "[warning: leaked placement group] fail-on-leak" in out.stdout, out.stdout + out.stderr
+    assert codes == {"warning": 1, "error": 0, "never": 0}
+    _, (leak,) = doctor(cluster.address)
+    command = leak["fix"].removeprefix("remove it: ").replace("python", sys.executable, 1)
+    subprocess.run(command, shell=True, check=True, env=env, capture_output=True, timeout=60)  # as printed
+    time.sleep(1)
+    assert doctor(cluster.address) == (0, [])

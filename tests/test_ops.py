@@ -302,3 +302,24 @@ def test_kuberay_manifests() -> None:
     job = parse_spec(config_map["data"]["job.toml"], source="ConfigMap job.toml", base_dir=ROOT, check_imports=True)
     assert (job.metrics.host, job.metrics.port) == ("0.0.0.0", 9400)
     assert job.ray.address is None  # RAY_ADDRESS from the Deployment
+
+
+def test_importing_the_package_leaves_other_metrics_their_created_series() -> None:
+    """prometheus-client's disable_created_metrics() is process-wide; our exposition drops our own
+    `_created` series instead, so another library's default registry keeps them."""
+    import subprocess
+    import sys
+
+    program = (
+        "import prometheus_client as pc\n"
+        "import supervisor.observability.metrics as m\n"
+        "c = pc.Counter('other_library_calls', 'a metric of another library')\n"
+        "c.inc()\n"
+        "m.DISPATCH_FAILURES.labels(group='g', method='f', reason='raised').inc()\n"
+        "ours = pc.generate_latest(m.EXPOSED).decode()\n"
+        "theirs = pc.generate_latest(pc.REGISTRY).decode()\n"
+        "assert 'supervisor_dispatch_failures_total{' in ours and '_created' not in ours, ours\n"
+        "assert 'other_library_calls_created' in theirs, theirs\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

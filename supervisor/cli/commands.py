@@ -1,6 +1,6 @@
 """The ``supervisor`` command line: a thin click layer over the library.
 
-``start`` runs the daemon; ``run`` runs a verl program supervised; ``status``, ``list``, ``stop`` and ``gc`` read and act on the supervisor
+``validate`` checks a spec; ``start`` runs the daemon; ``run`` runs a verl program supervised; ``status``, ``list``, ``stop`` and ``gc`` read and act on the supervisor
 records kept in the cluster; ``info`` reports versions and a cluster's resources. Errors are one line
 on stderr; exit codes: 0 fine, 1 failed (or something found), 2 invalid spec or usage.
 """
@@ -62,6 +62,36 @@ def info(address: str | None, as_json: bool) -> None:
     else:
         for key, value in out.items():
             click.echo(f"{key}: {value}")
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--run", "for_run", is_flag=True, help="SPEC is for `supervisor run` ([run.groups.NAME]; no pools, groups or driver).")
+@click.option("--no-imports", is_flag=True, help="Do not import the worker classes and the driver SPEC names (importing runs their code).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: valid, problems, and what SPEC describes.")
+def validate(spec_path: str, for_run: bool, no_imports: bool, as_json: bool) -> None:
+    """Check SPEC as `start` (or, with --run, `run`) would, touching no cluster: exit 0 when it is
+    valid, 2 with one line per problem, each naming its field. For CI and pre-commit hooks."""
+    from ..daemon.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(spec_path, check_imports=not no_imports, run=for_run)
+    except SpecError as exc:
+        if as_json:
+            click.echo(json.dumps({"spec": spec_path, "valid": False, "problems": exc.problems}))
+        else:
+            for line in str(exc).splitlines():
+                click.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    described = {
+        "spec": spec_path, "valid": True, "name": spec.supervisor.name or None, "pools": sorted(spec.pools),
+        "groups": sorted(spec.run.groups if spec.run is not None else spec.groups), "driver": spec.driver is not None,
+    }  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(described))
+        return
+    what = f"{len(described['pools'])} pool(s), {len(described['groups'])} group(s)" + (", a driver" if spec.driver else "")
+    click.echo(f"{spec_path}: valid ({'supervisor ' + spec.supervisor.name + ': ' if spec.supervisor.name else ''}{what})")
+
+
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, then the spec's ray.address, else an embedded local Ray).")
@@ -274,13 +304,18 @@ def _not_running(record: Any, silent_s: float) -> str:
 
 @main.command()
 @click.option("--spec", "spec_path", default=None, type=click.Path(dir_okay=False), help="Also check this spec's budget against the cluster.")
+@click.option(
+    "--fail-on", type=click.Choice(["info", "warning", "error", "never"]), default="warning", show_default=True,
+    help="Exit 1 when a finding is this severe or more (info: handled by the supervisor, such as a restart).",
+)
 @_ADDRESS
 @_JSON
-def doctor(spec_path: str | None, address: str | None, as_json: bool) -> None:
+def doctor(spec_path: str | None, fail_on: str, address: str | None, as_json: bool) -> None:
     """Triage a stuck or slow job: what blocks scheduling, which ranks fail their init, and what hurts
-    after start, each with a suggested fix. Exit 0 when nothing is found, 1 otherwise."""
+    after start, each with its severity and a suggested fix. Exit 1 when a finding reaches --fail-on,
+    else 0; 2 for an invalid spec."""
     from ..daemon.spec import SpecError, load_spec
-    from .doctor import diagnose, gather_facts, render_findings
+    from .doctor import Severity, diagnose, fails, gather_facts, render_findings
 
     spec = None
     if spec_path:
@@ -298,7 +333,7 @@ def doctor(spec_path: str | None, address: str | None, as_json: bool) -> None:
         click.echo(json.dumps([f.as_dict() for f in findings], indent=2))
     else:
         click.echo(render_findings(findings))
-    sys.exit(1 if findings else 0)
+    sys.exit(1 if fails(findings, None if fail_on == "never" else Severity.parse(fail_on)) else 0)
 
 
 @main.command()

@@ -76,6 +76,36 @@ _PHASE = {
 }
 
 
+class Severity(enum.IntEnum):
+    """How much a finding matters; ``doctor --fail-on`` exits 1 from this level up."""
+
+    INFO = 1  # the supervisor handled it (a restart within the budget, drift it reported)
+    WARNING = 2  # needs a look: something waits, leaks or degrades
+    ERROR = 3  # the job cannot run or is not running as it should
+
+    @classmethod
+    def parse(cls, name: str) -> Severity:
+        return cls[name.upper()]
+
+
+_SEVERITY = {
+    FindingKind.INFEASIBLE: Severity.ERROR,
+    FindingKind.WAITING: Severity.WARNING,
+    FindingKind.BUDGET: Severity.ERROR,
+    FindingKind.LEAKED_PLACEMENT_GROUP: Severity.WARNING,
+    FindingKind.ORPHANED_SUPERVISOR: Severity.WARNING,
+    FindingKind.DETACHED_SUPERVISOR: Severity.INFO,
+    FindingKind.INIT_FAILING: Severity.ERROR,
+    FindingKind.RESTARTS: Severity.INFO,
+    FindingKind.DRIFT: Severity.INFO,
+    FindingKind.STANDBYS_MISSING: Severity.WARNING,
+    FindingKind.HUNG: Severity.ERROR,
+    FindingKind.CPU_OVERSUBSCRIBED: Severity.WARNING,
+    FindingKind.KV_TIMEOUTS: Severity.WARNING,
+    FindingKind.VERSION_MISMATCH: Severity.ERROR,
+}
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: FindingKind
@@ -87,8 +117,20 @@ class Finding:
     def phase(self) -> Phase:
         return _PHASE[self.kind]
 
+    @property
+    def severity(self) -> Severity:
+        return _SEVERITY[self.kind]
+
     def as_dict(self) -> dict[str, str]:
-        return {"phase": self.phase.value, "kind": self.kind.value, "subject": self.subject, "detail": self.detail, "fix": self.fix}
+        return {
+            "phase": self.phase.value, "severity": self.severity.name.lower(), "kind": self.kind.value,
+            "subject": self.subject, "detail": self.detail, "fix": self.fix,
+        }  # fmt: skip
+
+
+def fails(findings: list[Finding], fail_on: Severity | None) -> bool:
+    """Whether ``doctor`` exits 1: a finding at ``fail_on`` or above (None: never)."""
+    return fail_on is not None and any(f.severity >= fail_on for f in findings)
 
 
 @dataclass
@@ -317,5 +359,5 @@ def render_findings(findings: list[Finding]) -> str:
     for phase in Phase:
         lines += ["", phase.value.capitalize(), RULE]
         items = [f for f in findings if f.phase is phase]
-        lines += [f" [{f.kind.value}] {f.subject}: {f.detail}\n   fix: {f.fix}" for f in items] or [" (no findings)"]
+        lines += [f" [{f.severity.name.lower()}: {f.kind.value}] {f.subject}: {f.detail}\n   fix: {f.fix}" for f in items] or [" (no findings)"]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ import enum
 import threading
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from ..daemon.loopback import is_loopback_host
@@ -41,10 +41,8 @@ __all__ = [
     "forget_pool",
     "exposure_warning",
     "serve",
+    "EXPOSED",
 ]
-
-# `_created` series double the series count and no dashboard uses them.
-disable_created_metrics()
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -191,6 +189,20 @@ def serve(port: int = 9400, host: str = "127.0.0.1", certfile: str | None = None
 
         from .exporter import serve_https
 
-        return serve_https(make_wsgi_app(REGISTRY), host, port, certfile, keyfile)
-    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+        return serve_https(make_wsgi_app(EXPOSED), host, port, certfile, keyfile)
+    server, _thread = start_http_server(port, addr=host, registry=EXPOSED)
     return server
+
+
+class _WithoutCreated:
+    """What ``/metrics`` shows: :data:`REGISTRY` without its ``_created`` series, which double the series
+    count and no dashboard uses. (prometheus-client's ``disable_created_metrics()`` would do it for
+    every library's metrics in the process; this leaves theirs as they are.)"""
+
+    def collect(self) -> Any:
+        for family in REGISTRY.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
+
+
+EXPOSED = _WithoutCreated()
