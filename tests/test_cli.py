@@ -70,3 +70,25 @@ def test_validate_names_every_problem_in_one_line_each_and_exits_2(tmp_path):
     assert result.exit_code == 2 and not out["valid"] and len(out["problems"]) == len(lines)
     missing = CliRunner().invoke(main, ["validate", str(tmp_path / "none.toml")])
     assert missing.exit_code == 2 and "cannot read the spec" in missing.output
+
+
+def test_tables_are_aligned_like_kubectl_get():
+    from supervisor.cli.table import format_table
+
+    text = format_table(("name", "pid", "groups"), [("a", 12, ["x", "y"]), ("longer-name", None, [])])
+    assert text.splitlines() == [
+        "NAME          PID   GROUPS",
+        "a             12    x,y",
+        "longer-name   -     -",
+    ]
+
+
+def test_shell_completion_as_the_readme_gives_it():
+    exe = os.path.join(os.path.dirname(sys.executable), "supervisor")
+    out = subprocess.run([exe], capture_output=True, text=True, timeout=60, env={**os.environ, "_SUPERVISOR_COMPLETE": "bash_source"})
+    assert out.returncode == 0 and "_supervisor_completion" in out.stdout, out.stdout + out.stderr
+    words = subprocess.run(
+        [exe], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "_SUPERVISOR_COMPLETE": "bash_complete", "COMP_WORDS": "supervisor va", "COMP_CWORD": "1"},
+    )  # fmt: skip
+    assert "validate" in words.stdout, words.stdout + words.stderr

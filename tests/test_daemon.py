@@ -301,7 +301,8 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert sup["liveness"] == "alive" and [g["alive"] for g in sup["groups"]] == [4, 4]
     assert [pg["bundles_placed"] for pool in sup["pools"] for pg in pool["placement_groups"]] == [2, 2]
     listing = cli("list", "--address", cluster.address)
-    assert re.search(rf"^{name}  alive  running  pid {daemon.proc.pid} ", listing.stdout, re.M), listing.stdout
+    assert listing.stdout.splitlines()[0].split() == ["NAME", "LIVENESS", "STATE", "PID", "HOST", "HEARTBEAT", "POOLS", "GROUPS"]
+    assert re.search(rf"^{name} +alive +running +{daemon.proc.pid} ", listing.stdout, re.M), listing.stdout
 
     stopped = cli("stop", name, "--address", cluster.address)
     assert stopped.returncode == 0 and f"supervisor {name} stopped" in stopped.stdout, stopped.stderr

@@ -198,6 +198,8 @@ def test_every_design_metric_is_exported_and_promtool_accepts_the_exposition(scr
         assert f"# HELP {metric.removesuffix('_total')}" in exposition or f"# HELP {metric}" in exposition
     # Latency buckets 100 µs .. 60 s; resource wait up to 30 min.
     assert 'supervisor_dispatch_duration_seconds_bucket{group="counters",le="0.0001",method="add"}' in exposition
+    # Dispatch and recovery up to 30 min (generation calls and engine restarts take minutes).
+    assert 'supervisor_dispatch_duration_seconds_bucket{group="counters",le="1800.0",method="add"}' in exposition
     assert 'le="60.0"' in exposition and 'supervisor_resource_wait_seconds_bucket{le="1800.0",pool="sv-obs.p"}' in exposition
 
 

@@ -241,12 +241,14 @@ def list_supervisors(address: str | None, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("(no supervisors)")
-    for row in rows:
-        click.echo(
-            f"{row['name']}  {row['liveness']}  {row['state']}  pid {row['pid']} on {row['host']}  heartbeat {row['heartbeat_age_s']}s ago"
-            f"  pools: {', '.join(row['pools']) or '-'}  groups: {', '.join(row['groups']) or '-'}"
-        )
+        click.echo("No supervisors found.")
+        return
+    from .table import format_table
+
+    header = ("name", "liveness", "state", "pid", "host", "heartbeat", "pools", "groups")
+    click.echo(format_table(header, [
+        (r["name"], r["liveness"], r["state"], r["pid"], r["host"], f"{r['heartbeat_age_s']:g}s ago", r["pools"], r["groups"]) for r in rows
+    ]))  # fmt: skip
 
 
 @main.command()

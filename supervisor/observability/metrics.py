@@ -19,6 +19,7 @@ from ..daemon.loopback import is_loopback_host
 __all__ = [
     "REGISTRY",
     "LATENCY_BUCKETS",
+    "LONG_LATENCY_BUCKETS",
     "RESOURCE_WAIT_BUCKETS",
     "DISPATCH_DURATION",
     "DISPATCH_FAILURES",
@@ -51,12 +52,14 @@ LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0,
 )
+# Calls and recoveries of RLHF groups: a generation call or an inference engine's restart takes minutes.
+LONG_LATENCY_BUCKETS = (*LATENCY_BUCKETS, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 # Waiting for GPUs can take up to half an hour behind a queue or an autoscaler.
 RESOURCE_WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 1800.0)
 
 DISPATCH_DURATION = Histogram(
     "supervisor_dispatch_duration_seconds", "Duration of a bound group method call, dispatch to collect.",
-    ["group", "method"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+    ["group", "method"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
 DISPATCH_FAILURES = Counter(
     "supervisor_dispatch_failures_total", "Group method calls that raised, by reason.",
@@ -81,7 +84,7 @@ FAILURE_DETECTION = Histogram(
 )
 RECOVERY = Histogram(
     "supervisor_recovery_seconds", "Time from a worker's death to its replacement serving calls.",
-    ["group"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+    ["group"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
 PLACEMENT_DRIFT_WORKERS = Gauge(
     "supervisor_placement_drift_workers", "Workers running on another node than their bundle had at creation.",
