@@ -245,6 +245,22 @@ def test_every_dashboard_query_returns_data(scraped):
     assert proven >= 20
 
 
+def test_the_daemon_answers_probes_and_its_status_without_a_ray_driver(scraped):
+    """/healthz, /readyz and /status on the metrics port: read with plain HTTP, no ray.init."""
+    _, metrics_url = scraped
+    base = metrics_url.removesuffix("/metrics")
+    with urllib.request.urlopen(base + "/healthz", timeout=10) as response:
+        assert response.status == 200 and response.read().decode().startswith("running: record written ")
+    with urllib.request.urlopen(base + "/readyz", timeout=10) as response:
+        assert response.status == 200 and response.read().decode() == "running, 1 group(s) running\n"
+    with urllib.request.urlopen(base + "/status", timeout=30) as response:
+        document = json.loads(response.read())
+    assert document["schema_version"] == 1
+    (sup,) = document["supervisors"]
+    assert sup["name"] == "sv-obs" and sup["liveness"] == "alive" and [g["name"] for g in sup["groups"]] == ["counters"]
+    assert sup["groups"][0]["restarts_in_window"] >= 1  # the kill and the node loss of the fixture
+
+
 def test_a_trainer_without_the_daemon_serves_the_same_metrics_in_one_call():
     from supervisor.observability import metrics
 

@@ -279,6 +279,7 @@ def test_kuberay_manifests() -> None:
     assert env["RAY_ADDRESS"].endswith("-head-svc:6379") and env["RAY_ADDRESS"].startswith(cluster["metadata"]["name"])
     assert 9400 in [p["containerPort"] for p in container["ports"]]
     assert "livenessProbe" not in container  # a kubelet restart is a SIGTERM: it would tear the job down
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     mounted = {v["name"]: v for v in pod["spec"]["volumes"]}
     spec_mounts = [m for m in container["volumeMounts"] if mounted[m["name"]].get("configMap", {}).get("name") == config_map["metadata"]["name"]]
     assert [m["mountPath"] for m in spec_mounts] == ["/etc/ray-supervisor"]

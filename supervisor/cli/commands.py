@@ -112,8 +112,12 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
             click.echo(f"error: {line}", err=True)
         sys.exit(2)
     from ..daemon.daemon import Daemon
+    from .status import collect_status, status_to_json
 
-    sys.exit(int(Daemon(spec, address=address or os.environ.get("RAY_ADDRESS")).run()))
+    def status_document() -> dict[str, Any]:  # what the daemon serves on /status
+        return status_to_json(collect_status(time.time(), [spec.name]))
+
+    sys.exit(int(Daemon(spec, address=address or os.environ.get("RAY_ADDRESS"), status_document=status_document).run()))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -198,8 +198,13 @@ def _pending_demands(table: dict[str, dict[str, Any]]) -> list[Demand]:
 # -- rendering (pure) ---------------------------------------------------------------------------
 
 
+# The shape of `supervisor status --json` and of a daemon's /status; raised when a key changes meaning
+# or goes away (new keys keep it).
+STATUS_SCHEMA_VERSION = 1
+
+
 def status_to_json(report: StatusReport) -> dict[str, Any]:
-    return dataclasses.asdict(report)
+    return {"schema_version": STATUS_SCHEMA_VERSION, **dataclasses.asdict(report)}
 
 
 def _when(t: float) -> str:

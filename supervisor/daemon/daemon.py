@@ -24,10 +24,13 @@ Life of a daemon (:meth:`Daemon.run`)::
 from __future__ import annotations
 
 import _thread
+import json
 import os
 import signal
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import first_line
@@ -38,6 +41,7 @@ from .claim import AlreadyRunningError, claim
 from .fence import OwnerFence
 from .heartbeat import Heartbeat
 from .job import Job
+from .probes import ProbeResult, health, readiness
 from .record import DaemonState, RecordStore
 from .spec import SigtermAction, SupervisorSpec
 from .spec_cluster import SpecCluster
@@ -71,9 +75,16 @@ class Daemon:
     """
 
     def __init__(
-        self, spec: SupervisorSpec, address: str | None = None, install_signal_handlers: bool = True, driver_stop_grace_s: float = 10.0
+        self,
+        spec: SupervisorSpec,
+        address: str | None = None,
+        install_signal_handlers: bool = True,
+        driver_stop_grace_s: float = 10.0,
+        status_document: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.spec = spec
+        # What /status serves: the CLI gives `supervisor status -o json`'s document (it owns that layer).
+        self._status_document = status_document
         self.address = address or spec.ray.address
         self.install_signal_handlers = install_signal_handlers
         self.driver_stop_grace_s = driver_stop_grace_s
@@ -170,11 +181,28 @@ class Daemon:
         if not spec.enabled:
             return
         cert, key = self.spec.path(spec.tls_cert), self.spec.path(spec.tls_key)
-        self._metrics_server = metrics.serve(spec.port, spec.host, str(cert) if cert else None, str(key) if key else None)
+        routes = {"/healthz": self._healthz, "/readyz": self._readyz}
+        if self._status_document is not None:
+            routes["/status"] = self._status
+        self._metrics_server = metrics.serve(spec.port, spec.host, str(cert) if cert else None, str(key) if key else None, routes)
         log.info("metrics_serving", address=self._metrics_address(), tls=cert is not None)
         exposed = metrics.exposure_warning(spec.host, tls=cert is not None)
         if exposed:
             log.warning("metrics_exposed_without_tls", host=spec.host, hint=exposed)
+
+    def _healthz(self) -> tuple[int, str, bytes]:
+        written = self.job.last_written
+        age = None if written is None else time.monotonic() - written
+        return _probe_answer(health(self.job.phase, age, self.spec.supervisor.heartbeat_interval_s))
+
+    def _readyz(self) -> tuple[int, str, bytes]:
+        with self.job.lock:
+            groups = {m.name: m.supervisor.state for m in self.job.groups}
+        return _probe_answer(readiness(self.job.phase, groups))
+
+    def _status(self) -> tuple[int, str, bytes]:
+        assert self._status_document is not None
+        return 200, "application/json", json.dumps(self._status_document()).encode()
 
     def _stop_metrics(self) -> None:
         server, self._metrics_server = self._metrics_server, None
@@ -243,3 +271,7 @@ def _ray_version() -> str:
     import ray
 
     return ray.__version__
+
+
+def _probe_answer(result: ProbeResult) -> tuple[int, str, bytes]:
+    return (200 if result.ok else 503), "text/plain; charset=utf-8", (result.detail + "\n").encode()

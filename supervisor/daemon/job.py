@@ -98,6 +98,7 @@ class Job:
     driver: DriverRun | None = None
     kv: KVStore | None = None
     fence: OwnerFence | None = None
+    last_written: float | None = None  # time.monotonic() of the last record write that succeeded
     # Serialises record writes, so they reach the fence in the order their contents were taken.
     write_lock: threading.Lock = field(default_factory=threading.Lock)
     # Re-entrant: a signal handler runs on the main thread, possibly while it holds the lock.
@@ -136,6 +137,7 @@ class Job:
                 data, seq = record.to_json(), record.heartbeat_seq
             try:
                 self.fence.write_record(data, seq, detached=record.state == DaemonState.DETACHED.value)
+                self.last_written = time.monotonic()
             except SupersededError:
                 raise
             except Exception as exc:

@@ -1,4 +1,4 @@
-"""The HTTP(S) server behind ``/metrics``.
+"""The HTTP(S) server behind ``/metrics`` (and the daemon's ``/healthz``, ``/readyz`` and ``/status``).
 
 Plain HTTP is prometheus-client's own server. For HTTPS, prometheus-client wraps the *listening*
 socket, so every TLS handshake runs in its one accept loop: a client that connects and sends nothing
@@ -11,11 +11,13 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-__all__ = ["HANDSHAKE_TIMEOUT_S", "serve_https"]
+__all__ = ["HANDSHAKE_TIMEOUT_S", "serve_http", "serve_https", "routed"]
 
 HANDSHAKE_TIMEOUT_S = 10.0  # a connection silent this long (handshake or request) is dropped
 
@@ -40,6 +42,44 @@ class _TLSServer(ThreadingMixIn, WSGIServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a failed handshake (plain HTTP, a port scanner) or a dropped client is not our error
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def serve_http(app: Any, host: str, port: int) -> Any:
+    """Serve the WSGI ``app`` over plain HTTP from a background thread; returns the server."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    class Server(_Server):
+        address_family = family
+
+    server = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server
+
+
+# A route answers (HTTP status, content type, body).
+Route = Callable[[], tuple[int, str, bytes]]
+
+
+def routed(fallback: Any, routes: Mapping[str, Route]) -> Any:
+    """A WSGI app serving ``routes`` by exact path, and every other path from ``fallback`` (the
+    metrics app). A route that raises answers 500 with the error's first line."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        route = routes.get(environ.get("PATH_INFO", ""))
+        if route is None:
+            return fallback(environ, start_response)
+        try:
+            status, content_type, body = route()
+        except Exception as exc:
+            status, content_type, body = 500, "text/plain; charset=utf-8", (str(exc).splitlines() or [type(exc).__name__])[0].encode()
+        start_response(f"{status} {HTTPStatus(status).phrase}", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
 
 
 def serve_https(app: Any, host: str, port: int, certfile: str, keyfile: str) -> Any:

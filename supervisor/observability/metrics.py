@@ -173,28 +173,29 @@ def exposure_warning(host: str, tls: bool) -> str | None:
     return f"metrics on {host} without TLS: anyone who can reach it reads the job's metrics; set metrics.tls_cert and tls_key, or host = 127.0.0.1"
 
 
-def serve(port: int = 9400, host: str = "127.0.0.1", certfile: str | None = None, keyfile: str | None = None) -> Any:
+def serve(
+    port: int = 9400, host: str = "127.0.0.1", certfile: str | None = None, keyfile: str | None = None, routes: Any = None
+) -> Any:
     """Serve these metrics on ``http://host:port/metrics`` from a background thread (one call, for a
     trainer that drives groups without the daemon). ``port=0`` picks a free port. With ``certfile``
-    and ``keyfile`` (PEM) it serves HTTPS only, for scrapers on other hosts.
+    and ``keyfile`` (PEM) it serves HTTPS only, for scrapers on other hosts. ``routes`` (path ->
+    a callable answering ``(status, content type, body)``) are served beside them (the daemon's
+    ``/healthz``, ``/readyz``, ``/status``).
 
     Returns:
         The HTTP server: ``server.server_port`` is the port, ``server.shutdown()`` stops it.
     """
     import ray
-    from prometheus_client import start_http_server
+    from prometheus_client import make_wsgi_app
 
     from ..version import __version__
+    from .exporter import routed, serve_http, serve_https
 
     BUILD_INFO.labels(version=__version__, ray_version=ray.__version__).set(1)
+    app = routed(make_wsgi_app(EXPOSED), routes or {})
     if certfile and keyfile:
-        from prometheus_client import make_wsgi_app
-
-        from .exporter import serve_https
-
-        return serve_https(make_wsgi_app(EXPOSED), host, port, certfile, keyfile)
-    server, _thread = start_http_server(port, addr=host, registry=EXPOSED)
-    return server
+        return serve_https(app, host, port, certfile, keyfile)
+    return serve_http(app, host, port)
 
 
 class _WithoutCreated:
