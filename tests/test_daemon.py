@@ -300,6 +300,28 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     (sup,) = [s for s in json_result["supervisors"] if s["name"] == name]
     assert sup["liveness"] == "alive" and [g["alive"] for g in sup["groups"]] == [4, 4]
     assert [pg["bundles_placed"] for pool in sup["pools"] for pg in pool["placement_groups"]] == [2, 2]
+    # -o wide: a row per rank, the pid its actor really has; yaml the same document as json.
+    wide = cli("status", name, "-o", "wide", "--address", cluster.address)
+    assert wide.returncode == 0, wide.stderr
+    header = next(line for line in wide.stdout.splitlines() if line.split()[:2] == ["RANK", "STATE"])
+    assert header.split() == ["RANK", "STATE", "NODE", "ORIGINAL", "NODE", "ACTOR", "ID", "PID", "RESTARTS", "LAST", "FAILURE"]
+    rows = [line.split() for line in wide.stdout.splitlines() if re.match(r"^\s+\d\s+running\s", line)]
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"] and all(int(r[5]) > 0 for r in rows), wide.stdout
+    import yaml
+
+    as_yaml = cli("status", name, "-o", "yaml", "--address", cluster.address)
+    document = yaml.safe_load(as_yaml.stdout)
+    assert as_yaml.returncode == 0 and document["schema_version"] == 1 and document["supervisors"][0]["name"] == name
+    # --watch: the view again every interval, until interrupted.
+    watching = subprocess.Popen(
+        [str(BIN / "supervisor"), "status", name, "-o", "json", "--watch", "--interval", "0.5", "--address", cluster.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    time.sleep(8)
+    watching.send_signal(signal.SIGINT)
+    out, err = watching.communicate(timeout=30)
+    updates = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert watching.returncode == 0 and len(updates) >= 2 and all(u["supervisors"][0]["name"] == name for u in updates), err
     listing = cli("list", "--address", cluster.address)
     assert listing.stdout.splitlines()[0].split() == ["NAME", "LIVENESS", "STATE", "PID", "HOST", "HEARTBEAT", "POOLS", "GROUPS"]
     assert re.search(rf"^{name} +alive +running +{daemon.proc.pid} ", listing.stdout, re.M), listing.stdout

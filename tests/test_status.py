@@ -135,3 +135,25 @@ def test_teardown_scope():
     assert teardown_scope(StopReason.SUPERSEDED, adopting=False) is TeardownScope.NOTHING
     assert teardown_scope(StopReason.DETACH_COMMAND, adopting=False) is TeardownScope.NOTHING
     assert teardown_scope(StopReason.SIGTERM_DETACH, adopting=False) is TeardownScope.NOTHING
+
+
+def test_wide_adds_every_rank_and_the_document_carries_a_schema_version():
+    import yaml
+
+    from supervisor.cli.status import STATUS_SCHEMA_VERSION, RankRow, _rank_rows, status_to_json, status_to_yaml
+
+    rows = _rank_rows(record().groups["g"], record().failures, {"g_C_0:0": [("ab" * 16, 4242)], "g_C_standby-1a2b": [("x", 1), ("y", 2)]})
+    assert rows == [
+        RankRow(0, "running", "n1", "n1", "g_C_0:0", "ab" * 16, 4242, 0, None),
+        # Two live actors of that name (other namespaces): which is ours is not known, so none is shown.
+        RankRow(1, "running", "n2", "n1", "g_C_standby-1a2b", None, None, 1, "node_lost: ActorDiedError: node gone"),
+    ]
+    wide = report(alive=True)
+    wide.supervisors[0].groups[0].ranks = rows
+    text = render_status(wide, wide=True)
+    assert "   RANK   STATE     NODE      ORIGINAL NODE   ACTOR ID           PID    RESTARTS   LAST FAILURE" in text.splitlines()
+    assert any(line.split()[:7] == ["0", "running", "node_n1", "node_n1", "ab" * 8, "4242", "0"] for line in text.splitlines())
+    assert "RANK" not in render_status(wide)  # the default view stays as it was
+    document = status_to_json(wide)
+    assert document["schema_version"] == STATUS_SCHEMA_VERSION == 1
+    assert yaml.safe_load(status_to_yaml(wide)) == document

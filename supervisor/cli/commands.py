@@ -207,14 +207,33 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead
 @click.argument("names", nargs=-1)
 @_ADDRESS
 @_JSON
-def status(names: tuple[str, ...], address: str | None, as_json: bool) -> None:
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "wide", "json", "yaml"]), default="text", show_default=True,
+    help="wide: also every rank (state, node, original node, actor id, pid, restarts, last failure); json/yaml: the document, with schema_version.",
+)  # fmt: skip
+@click.option("--watch", "-w", is_flag=True, help="Show it again every --interval seconds until interrupted.")
+@click.option("--interval", "interval_s", default=2.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between --watch updates.")
+def status(names: tuple[str, ...], address: str | None, as_json: bool, output: str, watch: bool, interval_s: float) -> None:
     """Show supervisors (all, or NAMES), their pools, groups, drift, recent failures and pending demands,
     laid out like `ray status`. Works while a daemon is down. Exit 1 when the cluster cannot be reached."""
-    from .status import collect_status, render_status, status_to_json
+    from .status import collect_status, render_status, status_to_json, status_to_yaml
 
-    with _connected(address):
-        report = collect_status(time.time(), list(names) or None)
-    click.echo(json.dumps(status_to_json(report), indent=2, sort_keys=True) if as_json else render_status(report))
+    output = "json" if as_json else output
+    with _connected(address), contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends --watch
+        while True:
+            report = collect_status(time.time(), list(names) or None)
+            if output == "json":  # one document per update: a compact line each when watching
+                text = json.dumps(status_to_json(report), indent=None if watch else 2, sort_keys=True)
+            elif output == "yaml":
+                text = status_to_yaml(report) + ("---" if watch else "")
+            else:
+                text = render_status(report, wide=output == "wide")
+                if watch and sys.stdout.isatty():
+                    click.clear()
+            click.echo(text.rstrip("\n"))
+            if not watch:
+                return
+            time.sleep(interval_s)
 
 
 @main.command(name="list")

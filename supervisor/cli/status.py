@@ -48,6 +48,21 @@ class DriftedRank:
 
 
 @dataclass
+class RankRow:
+    """One rank, for ``status -o wide``."""
+
+    rank: int
+    state: str
+    node: str | None
+    original_node: str | None
+    actor_name: str
+    actor_id: str | None  # None: no live actor of that name (or more than one, in different namespaces)
+    pid: int | None
+    restarts: int
+    last_failure: str | None
+
+
+@dataclass
 class GroupStatus:
     name: str
     pool: str
@@ -65,6 +80,7 @@ class GroupStatus:
     standbys_wanted: int = 0
     standbys_ready: int = 0
     standbys_starting: int = 0
+    ranks: list[RankRow] = field(default_factory=list)
 
 
 @dataclass
@@ -129,14 +145,45 @@ def collect_status(now: float, names: list[str] | None = None) -> StatusReport:
     table = placement_group_table()
     by_name = {str(info.get("name")): info for info in table.values() if info.get("state") != "REMOVED"}
     live_actors = {(a.get("namespace"), a["name"]) for a in ray.util.list_named_actors(all_namespaces=True)}
+    processes = _live_processes()
     report = StatusReport(generated_at=now)
-    report.supervisors = [_supervisor_status(r, now, by_name, live_actors) for r in records]
+    report.supervisors = [_supervisor_status(r, now, by_name, live_actors, processes) for r in records]
     report.demands = _pending_demands(table)
     return report
 
 
+def _live_processes() -> dict[str, list[tuple[str, int]]]:
+    """actor name -> (actor id, pid) of each live actor of that name (the table has no namespaces)."""
+    from ray._private import state
+
+    out: dict[str, list[tuple[str, int]]] = {}
+    for info in state.actors().values():
+        if info.get("State") == "ALIVE" and info.get("Name"):
+            out.setdefault(info["Name"], []).append((str(info["ActorID"]), int(info.get("Pid") or 0)))
+    return out
+
+
+def _rank_rows(group: Any, failures: list[Any], processes: dict[str, list[tuple[str, int]]]) -> list[RankRow]:
+    last: dict[int, str] = {}
+    for f in failures:  # oldest first: the last one wins
+        if f.group == group.name:
+            last[f.rank] = f"{f.reason}: {f.detail}"
+    rows = []
+    for r in group.ranks:
+        name = group.actor_names[r.rank] if r.rank < len(group.actor_names) else ""
+        found = processes.get(name, [])
+        actor_id, pid = found[0] if len(found) == 1 else (None, None)
+        state = r.state.value if hasattr(r.state, "value") else str(r.state)
+        rows.append(RankRow(r.rank, state, r.node_id, r.original_node, name, actor_id, pid, r.restarts, last.get(r.rank) or r.last_failure))
+    return rows
+
+
 def _supervisor_status(
-    record: SupervisorRecord, now: float, pgs: dict[str, dict[str, Any]], live_actors: set[tuple[str | None, str]]
+    record: SupervisorRecord,
+    now: float,
+    pgs: dict[str, dict[str, Any]],
+    live_actors: set[tuple[str | None, str]],
+    processes: dict[str, list[tuple[str, int]]] | None = None,
 ) -> SupervisorStatus:
     silent, measured = observed_silence(record, now)
     state = liveness(record, silent)
@@ -162,6 +209,7 @@ def _supervisor_status(
             GroupStatus(
                 g.name, g.pool, g.state, world, running, restarting, failed, g.restarts_in_window(now), g.restart_window_s,
                 g.max_restarts, drifted, not alive, g.failure, g.standbys_wanted, ready, len(live_standbys) - ready,
+                _rank_rows(g, record.failures, processes or {}),
             )  # fmt: skip
         )
     failures = [FailureLine(f.time, f.group, f.rank, f.reason, f.detail) for f in record.failures]
@@ -233,8 +281,14 @@ def _section(title: str, subsections: list[tuple[str | None, list[str], str]]) -
     return lines
 
 
-def render_status(report: StatusReport) -> str:
-    """The report in the layout of ``ray status``."""
+def status_to_yaml(report: StatusReport) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(status_to_json(report), sort_keys=True))
+
+
+def render_status(report: StatusReport, wide: bool = False) -> str:
+    """The report in the layout of ``ray status``; ``wide`` adds a table of every rank under its group."""
     now = report.generated_at
     running = [s for s in report.supervisors if s.liveness == Liveness.ALIVE.value]
     down = [s for s in report.supervisors if s.liveness != Liveness.ALIVE.value]
@@ -266,6 +320,8 @@ def render_status(report: StatusReport) -> str:
             items += [f"drift: rank {d.rank} {short_node(d.original_node)} -> {short_node(d.current_node)}" for d in g.drifted]
             if g.failure:
                 items.append(f"failure: {g.failure}")
+            if wide and g.ranks:
+                items += ["ranks:", *(f"  {line}" for line in _rank_table(g.ranks).splitlines())]
             group_subsections.append((f"{s.name}/{g.name} (pool {g.pool}, world size {g.world_size}, {g.state})", items, "workers"))
         failures += [f"{_when(f.time)} {s.name}/{f.group} rank {f.rank}: {f.reason}: {f.detail}" for f in s.failures]
     demands = [
@@ -282,6 +338,16 @@ def render_status(report: StatusReport) -> str:
     warnings = [f"{s.name}: {w}" for s in report.supervisors for w in s.warnings]
     lines += _section("Resources", [("Pending Demands", demands, "resource demands"), ("Warnings", warnings, "warnings")])
     return "\n".join(lines)
+
+
+def _rank_table(ranks: list[RankRow]) -> str:
+    from .table import format_table
+
+    header = ("rank", "state", "node", "original node", "actor id", "pid", "restarts", "last failure")
+    return format_table(header, [
+        (r.rank, r.state, r.node and short_node(r.node), r.original_node and short_node(r.original_node), (r.actor_id or "")[:16], r.pid, r.restarts, r.last_failure)
+        for r in ranks
+    ])  # fmt: skip
 
 
 def _down_item(s: SupervisorStatus) -> str:
