@@ -92,3 +92,25 @@ def test_shell_completion_as_the_readme_gives_it():
         env={**os.environ, "_SUPERVISOR_COMPLETE": "bash_complete", "COMP_WORDS": "supervisor va", "COMP_CWORD": "1"},
     )  # fmt: skip
     assert "validate" in words.stdout, words.stdout + words.stderr
+
+
+def test_a_daemon_process_writes_one_json_stream_with_the_standard_librarys_records():
+    program = (
+        "import logging\n"
+        "from supervisor.observability.log import configure_logging, get_logger\n"
+        "configure_logging('INFO', json=True, capture_stdlib=True)\n"
+        "get_logger('daemon').info('ours', n=1)\n"
+        "logging.getLogger('ray.some_module').warning('from ray %s', 'formatted')\n"
+        "logging.getLogger('user.code').info('from the user')\n"
+        "logging.getLogger('user.code').debug('below the level')\n"
+        "try:\n    1 / 0\nexcept ZeroDivisionError:\n    logging.getLogger('supervisor.core.protocol').exception('with a traceback')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stderr.splitlines()]  # every line is JSON
+    by_event = {r["event"]: r for r in records}
+    assert set(by_event) == {"ours", "from ray formatted", "from the user", "with a traceback"}
+    assert by_event["ours"]["component"] == "daemon" and by_event["ours"]["n"] == 1
+    assert by_event["from ray formatted"]["logger"] == "ray.some_module" and by_event["from ray formatted"]["level"] == "warning"
+    assert "ZeroDivisionError" in by_event["with a traceback"]["exception"]
+    assert all("timestamp" in r for r in records)

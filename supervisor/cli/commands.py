@@ -104,7 +104,7 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
     from ..daemon.spec import SpecError, load_spec
     from ..observability.log import configure_logging
 
-    configure_logging(log_level, json=log_json)
+    configure_logging(log_level, json=log_json, capture_stdlib=True)
     try:
         spec = load_spec(spec_path)
     except SpecError as exc:
@@ -146,7 +146,7 @@ def run(
         click.echo(f"error: {message}", err=True)
         sys.exit(int(code))
 
-    configure_logging(log_level, json=log_json)
+    configure_logging(log_level, json=log_json, capture_stdlib=True)
     if not command:
         fail(RunExit.USAGE, "no command to run: supervisor run [OPTIONS] -- COMMAND [ARGS]...")
     spec_text = None
