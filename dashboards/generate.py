@@ -9,8 +9,8 @@ imported as they are; this module is their source of truth::
 
 Conventions (checked by tests/test_dashboards.py): one ``datasource`` variable that every panel and
 query uses, ``job``/``instance`` variables that every query selects on, ``[$__rate_interval]`` for
-every rate, counters only inside ``rate()``/``increase()``, and a title, description and unit on every
-panel. No query filters series by value, so every panel shows data once a supervisor has served traffic.
+every rate, counters only inside ``rate()``/``increase()``, aggregations that keep the ``supervisor``
+label (two jobs' groups of one name stay apart), and a title, description and unit on every panel. No query filters series by value, so every panel shows data once a supervisor has served traffic.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def sum_by(labels: str, expr: str) -> str:
 
 
 def quantile(q: float, histogram: str, by: str, *, group: bool) -> str:
-    return f"histogram_quantile({q}, sum by (le, {by}) ({rate(histogram + '_bucket', group=group)}))"
+    return f"histogram_quantile({q}, sum by (le, supervisor, {by}) ({rate(histogram + '_bucket', group=group)}))"
 
 
 # --- building blocks --------------------------------------------------------------------------------
@@ -252,8 +252,8 @@ def overview() -> db.Dashboard:
                 "short",
                 [
                     target(
-                        sum_by("group", sel("supervisor_workers", 'state="failed"', group=True)),
-                        "{{group}}",
+                        sum_by("supervisor, group", sel("supervisor_workers", 'state="failed"', group=True)),
+                        "{{supervisor}}/{{group}}",
                         instant=True,
                     )
                 ],
@@ -267,7 +267,7 @@ def overview() -> db.Dashboard:
                 "Workers of each group per state (running, restarting, initializing, failed). Every state is always "
                 "published, so a healthy group shows its size as running and 0 elsewhere.",
                 "short",
-                [target(f"sum by (group, state) ({sel('supervisor_workers', group=True)})", "{{group}} {{state}}")],
+                [target(f"sum by (supervisor, group, state) ({sel('supervisor_workers', group=True)})", "{{supervisor}}/{{group}} {{state}}")],
             )
         )
         .with_panel(
@@ -279,8 +279,8 @@ def overview() -> db.Dashboard:
                 "ops",
                 [
                     target(
-                        f"sum by (group, reason) ({rate('supervisor_worker_restarts_total', group=True)})",
-                        "{{group}} {{reason}}",
+                        f"sum by (supervisor, group, reason) ({rate('supervisor_worker_restarts_total', group=True)})",
+                        "{{supervisor}}/{{group}} {{reason}}",
                     )
                 ],
             )
@@ -294,8 +294,8 @@ def overview() -> db.Dashboard:
                 "ops",
                 [
                     target(
-                        f"sum by (group, outcome) ({rate('supervisor_init_attempts_total', group=True)})",
-                        "{{group}} {{outcome}}",
+                        f"sum by (supervisor, group, outcome) ({rate('supervisor_init_attempts_total', group=True)})",
+                        "{{supervisor}}/{{group}} {{outcome}}",
                     )
                 ],
             )
@@ -309,8 +309,8 @@ def overview() -> db.Dashboard:
                 "reqps",
                 [
                     target(
-                        f"sum by (group) ({rate('supervisor_dispatch_duration_seconds_count', group=True)})",
-                        "{{group}}",
+                        f"sum by (supervisor, group) ({rate('supervisor_dispatch_duration_seconds_count', group=True)})",
+                        "{{supervisor}}/{{group}}",
                     )
                 ],
             )
@@ -335,7 +335,7 @@ def dispatch() -> db.Dashboard:
                 quantile_targets(
                     "supervisor_dispatch_duration_seconds",
                     "group, method",
-                    "{{group}}.{{method}}",
+                    "{{supervisor}}/{{group}}.{{method}}",
                     HISTOGRAM_QUANTILES,
                     group=True,
                 ),
@@ -351,8 +351,8 @@ def dispatch() -> db.Dashboard:
                 "reqps",
                 [
                     target(
-                        f"sum by (group, method) ({rate('supervisor_dispatch_duration_seconds_count', group=True)})",
-                        "{{group}}.{{method}}",
+                        f"sum by (supervisor, group, method) ({rate('supervisor_dispatch_duration_seconds_count', group=True)})",
+                        "{{supervisor}}/{{group}}.{{method}}",
                     )
                 ],
                 w=8,
@@ -368,8 +368,8 @@ def dispatch() -> db.Dashboard:
                 "ops",
                 [
                     target(
-                        f"sum by (group, reason) ({rate('supervisor_dispatch_failures_total', group=True)})",
-                        "{{group}} {{reason}}",
+                        f"sum by (supervisor, group, reason) ({rate('supervisor_dispatch_failures_total', group=True)})",
+                        "{{supervisor}}/{{group}} {{reason}}",
                     )
                 ],
                 w=8,
@@ -384,10 +384,10 @@ def dispatch() -> db.Dashboard:
                 "percentunit",
                 [
                     target(
-                        f"sum by (group, method) ({rate('supervisor_dispatch_failures_total', group=True)})"
+                        f"sum by (supervisor, group, method) ({rate('supervisor_dispatch_failures_total', group=True)})"
                         " / "
-                        f"sum by (group, method) ({rate('supervisor_dispatch_duration_seconds_count', group=True)})",
-                        "{{group}}.{{method}}",
+                        f"sum by (supervisor, group, method) ({rate('supervisor_dispatch_duration_seconds_count', group=True)})",
+                        "{{supervisor}}/{{group}}.{{method}}",
                     )
                 ],
                 w=8,
@@ -410,7 +410,7 @@ def placement() -> db.Dashboard:
                 "Workers of each group that run on another node than their bundle had when the pool was "
                 "created. Drift after a node loss is expected; it matters for jobs that rely on locality.",
                 "short",
-                [target(f"sum by (group) ({sel('supervisor_placement_drift_workers', group=True)})", "{{group}}")],
+                [target(f"sum by (supervisor, group) ({sel('supervisor_placement_drift_workers', group=True)})", "{{supervisor}}/{{group}}")],
             )
         )
         .with_panel(
@@ -421,9 +421,9 @@ def placement() -> db.Dashboard:
                 "short",
                 [
                     target(
-                        "sum by (group) "
+                        "sum by (supervisor, group) "
                         f"({rate('supervisor_placement_drift_events_total', group=True, fn='increase')})",
-                        "{{group}}",
+                        "{{supervisor}}/{{group}}",
                     )
                 ],
                 bars=True,
@@ -436,7 +436,7 @@ def placement() -> db.Dashboard:
                 "Placement group bundles of each resource pool, placed or pending. Pending bundles mean the "
                 "cluster lacks the resources the pool asks for (see the resource wait panels).",
                 "short",
-                [target(f"sum by (pool, state) ({sel('supervisor_pool_bundles')})", "{{pool}} {{state}}")],
+                [target(f"sum by (supervisor, pool, state) ({sel('supervisor_pool_bundles')})", "{{supervisor}}/{{pool}} {{state}}")],
                 w=8,
             )
         )
@@ -447,7 +447,7 @@ def placement() -> db.Dashboard:
                 "p95 of the time a pool waited for its placement groups to be ready, per pool. Long waits "
                 "come from a queue, an autoscaler or resources the cluster does not have.",
                 "s",
-                [target(quantile(0.95, "supervisor_resource_wait_seconds", "pool", group=False), "{{pool}} p95")],
+                [target(quantile(0.95, "supervisor_resource_wait_seconds", "pool", group=False), "{{supervisor}}/{{pool}} p95")],
                 w=8,
             )
         )
@@ -457,7 +457,7 @@ def placement() -> db.Dashboard:
                 "Resource waits by pool",
                 "Rate of finished waits for placement groups (ready, timeout, infeasible or error), per pool.",
                 "ops",
-                [target(f"sum by (pool) ({rate('supervisor_resource_wait_seconds_count')})", "{{pool}}")],
+                [target(f"sum by (supervisor, pool) ({rate('supervisor_resource_wait_seconds_count')})", "{{supervisor}}/{{pool}}")],
                 w=8,
             )
         )
@@ -479,7 +479,7 @@ def recovery() -> db.Dashboard:
                 "bound of the highest bucket with observations). Gaps mean no failures in the interval.",
                 "s",
                 quantile_targets(
-                    "supervisor_failure_detection_seconds", "group", "{{group}}", DISTRIBUTION_QUANTILES, group=True
+                    "supervisor_failure_detection_seconds", "group", "{{supervisor}}/{{group}}", DISTRIBUTION_QUANTILES, group=True
                 ),
             )
         )
@@ -491,7 +491,7 @@ def recovery() -> db.Dashboard:
                 "max (the upper bound of the highest bucket with observations).",
                 "s",
                 quantile_targets(
-                    "supervisor_recovery_seconds", "group", "{{group}}", DISTRIBUTION_QUANTILES, group=True
+                    "supervisor_recovery_seconds", "group", "{{supervisor}}/{{group}}", DISTRIBUTION_QUANTILES, group=True
                 ),
             )
         )
@@ -503,9 +503,9 @@ def recovery() -> db.Dashboard:
                 "short",
                 [
                     target(
-                        "sum by (group, reason) "
+                        "sum by (supervisor, group, reason) "
                         f"({rate('supervisor_worker_restarts_total', group=True, fn='increase')})",
-                        "{{group}} {{reason}}",
+                        "{{supervisor}}/{{group}} {{reason}}",
                     )
                 ],
                 bars=True,
@@ -521,8 +521,8 @@ def recovery() -> db.Dashboard:
                 "short",
                 [
                     target(
-                        sum_by("group, state", sel("supervisor_workers", 'state=~"restarting|initializing|failed"', group=True)),
-                        "{{group}} {{state}}",
+                        sum_by("supervisor, group, state", sel("supervisor_workers", 'state=~"restarting|initializing|failed"', group=True)),
+                        "{{supervisor}}/{{group}} {{state}}",
                     )
                 ],
             )

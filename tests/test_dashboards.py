@@ -439,6 +439,16 @@ def check_no_value_filters(dash: dict) -> list[str]:
     ]
 
 
+def check_aggregations_keep_the_supervisor(dash: dict) -> list[str]:
+    """Every ``by (...)`` keeps ``supervisor``: two jobs' groups of one name on one Prometheus stay apart."""
+    problems = []
+    for panel, target in targets(dash):
+        for labels in re.findall(r"\bby \(([^)]*)\)", target.get("expr", "")):
+            if "supervisor" not in {name.strip() for name in labels.split(",")}:
+                problems.append(f"{where(panel, target)}: by ({labels}) sums the groups of every supervisor together")
+    return problems
+
+
 def check_known_metrics(dash: dict, series: set[str]) -> list[str]:
     problems = []
     for panel, target, query in parsed(dash):
@@ -519,6 +529,7 @@ CHECKS: dict[str, Callable[[dict], list[str]]] = {
     "job_instance_selectors": check_job_instance_selectors,
     "group_selectors": lambda dash: check_group_selectors(dash, GROUP_METRICS),
     "no_value_filters": check_no_value_filters,
+    "aggregations_keep_the_supervisor": check_aggregations_keep_the_supervisor,
     "known_metrics": lambda dash: check_known_metrics(dash, PRODUCED_SERIES),
     "dashboard_meta": check_dashboard_meta,
 }
@@ -670,7 +681,7 @@ def _break_rate_interval(dash):
 
 def _break_counter(dash):
     target = _first_target(dash, "_total")
-    target["expr"] = 'sum by (group) (supervisor_worker_restarts_total{job=~"$job", instance=~"$instance", group=~"$group"})'
+    target["expr"] = 'sum by (supervisor, group) (supervisor_worker_restarts_total{job=~"$job", instance=~"$instance", group=~"$group"})'
 
 
 def _break_histogram_count(dash):
@@ -701,6 +712,11 @@ def _break_missing_panel_id(dash):
 def _break_ref_id(dash):
     panel = dash["panels"][0]
     panel["targets"].append(dict(panel["targets"][0]))
+
+
+def _break_supervisor_aggregation(dash):
+    target = _first_target(dash, "by (supervisor, ")
+    target["expr"] = target["expr"].replace("by (supervisor, ", "by (", 1)
 
 
 def _break_instance_selector(dash):
@@ -759,6 +775,7 @@ BREAKAGES = [
     ("job_instance_selectors", "ray-supervisor-overview", _break_job_selector),
     ("group_selectors", "ray-supervisor-dispatch", _break_group_selector),
     ("no_value_filters", "ray-supervisor-overview", _break_value_filter),
+    ("aggregations_keep_the_supervisor", "ray-supervisor-recovery", _break_supervisor_aggregation),
     ("known_metrics", "ray-supervisor-placement", _break_unproduced_metric),
     ("known_metrics", "ray-supervisor-recovery", _break_misspelled_metric),
     ("dashboard_meta", "ray-supervisor-dispatch", _break_tags),

@@ -197,10 +197,13 @@ def test_every_design_metric_is_exported_and_promtool_accepts_the_exposition(scr
     for metric in design:
         assert f"# HELP {metric.removesuffix('_total')}" in exposition or f"# HELP {metric}" in exposition
     # Latency buckets 100 µs .. 60 s; resource wait up to 30 min.
-    assert 'supervisor_dispatch_duration_seconds_bucket{group="counters",le="0.0001",method="add"}' in exposition
+    assert 'supervisor_dispatch_duration_seconds_bucket{group="counters",le="0.0001",method="add",supervisor="sv-obs"}' in exposition
     # Dispatch and recovery up to 30 min (generation calls and engine restarts take minutes).
-    assert 'supervisor_dispatch_duration_seconds_bucket{group="counters",le="1800.0",method="add"}' in exposition
-    assert 'le="60.0"' in exposition and 'supervisor_resource_wait_seconds_bucket{le="1800.0",pool="sv-obs.p"}' in exposition
+    assert 'supervisor_dispatch_duration_seconds_bucket{group="counters",le="1800.0",method="add",supervisor="sv-obs"}' in exposition
+    # Every series names its supervisor: one Prometheus tells two jobs' groups of the same name apart.
+    samples = [line for line in exposition.splitlines() if line and not line.startswith("#")]
+    assert samples and all('supervisor="sv-obs"' in line for line in samples), [x for x in samples if 'supervisor="sv-obs"' not in x][:3]
+    assert 'le="60.0"' in exposition and 'supervisor_resource_wait_seconds_bucket{le="1800.0",pool="sv-obs.p",supervisor="sv-obs"}' in exposition
 
 
 def test_the_kill_and_the_drift_are_in_prometheus(scraped):

@@ -145,7 +145,7 @@ def test_alerts_are_the_expected_ones_with_for_severity_and_annotations() -> Non
     names = [r["alert"] for r in rules]
     assert len(names) == len(set(names)), names
     for expected in (
-        "SupervisorRestartStorm", "SupervisorGroupFailed", "SupervisorPlacementDrift", "SupervisorDispatchLatencyHigh",
+        "SupervisorRestartStorm", "SupervisorGroupFailed", "SupervisorPlacementDrift", "SupervisorDispatchStalled",
         "SupervisorResourceWaitTooLong", "SupervisorDown",
     ):
         assert expected in names
@@ -324,3 +324,22 @@ def test_importing_the_package_leaves_other_metrics_their_created_series() -> No
     )
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_the_ops_readme_gives_every_alert_with_its_for_duration() -> None:
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \| (?:critical|warning) \|$", (OPS / "README.md").read_text(), re.M))
+    rules = {r["alert"]: r for r in alert_rules()}
+    assert set(rows) == set(rules)
+    for name, condition in rows.items():
+        said = re.findall(r"for (\d+) (min|s)\b", condition)
+        assert said, f"{name}: the README does not say for how long"
+        amount, unit = said[-1]
+        assert f"{amount}{'m' if unit == 'min' else 's'}" == str(rules[name]["for"]), f"{name}: README says {condition!r}, the rule for: {rules[name]['for']}"
+
+
+def test_aggregating_alerts_keep_the_supervisor_apart() -> None:
+    """Two jobs with a group of the same name on one Prometheus must not be summed together."""
+    for rule in alert_rules():
+        for labels in re.findall(r"by \(([^)]*)\)", rule["expr"]):
+            names = {n.strip() for n in labels.split(",")}
+            assert "supervisor" in names or "le" in names and len(names) == 1, f"{rule['alert']}: by ({labels}) merges supervisors"

@@ -140,7 +140,13 @@ def test_teardown_scope():
 def test_wide_adds_every_rank_and_the_document_carries_a_schema_version():
     import yaml
 
-    from supervisor.cli.status import STATUS_SCHEMA_VERSION, RankRow, _rank_rows, status_to_json, status_to_yaml
+    from supervisor.cli.status import (
+        STATUS_SCHEMA_VERSION,
+        RankRow,
+        _rank_rows,
+        status_to_json,
+        status_to_yaml,
+    )
 
     rows = _rank_rows(record().groups["g"], record().failures, {"g_C_0:0": [("ab" * 16, 4242)], "g_C_standby-1a2b": [("x", 1), ("y", 2)]})
     assert rows == [

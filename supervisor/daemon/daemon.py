@@ -181,6 +181,7 @@ class Daemon:
         if not spec.enabled:
             return
         cert, key = self.spec.path(spec.tls_cert), self.spec.path(spec.tls_key)
+        metrics.label_every_series(self.spec.name)
         routes = {"/healthz": self._healthz, "/readyz": self._readyz}
         if self._status_document is not None:
             routes["/status"] = self._status

@@ -43,6 +43,7 @@ __all__ = [
     "exposure_warning",
     "serve",
     "EXPOSED",
+    "label_every_series",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -198,14 +199,27 @@ def serve(
     return serve_http(app, host, port)
 
 
+def label_every_series(supervisor: str) -> None:
+    """From now on every exported series carries ``supervisor=<name>`` (the daemon's), so one
+    Prometheus can tell two jobs' groups of the same name apart."""
+    _EXPORT_LABELS["supervisor"] = supervisor
+
+
+_EXPORT_LABELS: dict[str, str] = {}
+
+
 class _WithoutCreated:
     """What ``/metrics`` shows: :data:`REGISTRY` without its ``_created`` series, which double the series
-    count and no dashboard uses. (prometheus-client's ``disable_created_metrics()`` would do it for
-    every library's metrics in the process; this leaves theirs as they are.)"""
+    count and no dashboard uses (prometheus-client's ``disable_created_metrics()`` would do it for
+    every library's metrics in the process; this leaves theirs as they are), with the labels of
+    :func:`label_every_series` added."""
 
     def collect(self) -> Any:
+        extra = dict(_EXPORT_LABELS)
         for family in REGISTRY.collect():
-            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            family.samples = [
+                s._replace(labels={**s.labels, **extra}) if extra else s for s in family.samples if not s.name.endswith("_created")
+            ]
             yield family
 
 
