@@ -104,13 +104,38 @@ def test_a_daemon_process_writes_one_json_stream_with_the_standard_librarys_reco
         "logging.getLogger('user.code').info('from the user')\n"
         "logging.getLogger('user.code').debug('below the level')\n"
         "try:\n    1 / 0\nexcept ZeroDivisionError:\n    logging.getLogger('supervisor.core.protocol').exception('with a traceback')\n"
+        "import warnings\n"
+        "warnings.warn('a library warning', FutureWarning)\n"
+        # Two threads, one per kind of logger: no line lands inside another.
+        "import threading\n"
+        "def ours():\n    for i in range(300):\n        get_logger('t').info('thread line', i=i, pad='x' * 200)\n"
+        "def theirs():\n    for i in range(300):\n        logging.getLogger('ray.t').warning('stdlib line %d %s', i, 'y' * 200)\n"
+        "threads = [threading.Thread(target=ours), threading.Thread(target=theirs)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
     )
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     records = [json.loads(line) for line in out.stderr.splitlines()]  # every line is JSON
     by_event = {r["event"]: r for r in records}
-    assert set(by_event) == {"ours", "from ray formatted", "from the user", "with a traceback"}
+    assert sum(r["event"] == "thread line" for r in records) == 300 and sum(r["event"].startswith("stdlib line") for r in records) == 300
+    assert any("a library warning" in r["event"] and r["logger"] == "py.warnings" for r in records)
+    assert {"ours", "from ray formatted", "from the user", "with a traceback"} <= set(by_event)
+    assert "below the level" not in by_event
     assert by_event["ours"]["component"] == "daemon" and by_event["ours"]["n"] == 1
     assert by_event["from ray formatted"]["logger"] == "ray.some_module" and by_event["from ray formatted"]["level"] == "warning"
     assert "ZeroDivisionError" in by_event["with a traceback"]["exception"]
     assert all("timestamp" in r for r in records)
+
+
+
+def test_the_level_holds_for_loggers_that_set_their_own():
+    program = (
+        "import logging\n"
+        "from supervisor.observability.log import configure_logging\n"
+        "configure_logging('ERROR', json=True, capture_stdlib=True)\n"
+        "logging.getLogger('ray').setLevel(logging.INFO)  # as ray.init(logging_level=...) does\n"
+        "logging.getLogger('ray.x').warning('below the level')\n"
+        "logging.getLogger('ray.x').error('at the level')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and [json.loads(line)["event"] for line in out.stderr.splitlines()] == ["at the level"], out.stderr

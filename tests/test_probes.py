@@ -19,6 +19,8 @@ def test_health_follows_the_last_record_write():
     # A fast heartbeat does not make the probe flap: never less than the floor.
     assert health(DaemonState.RUNNING, HEALTHY_WITHIN_MIN_S - 1, 0.5).ok
     assert not health(DaemonState.RUNNING, HEALTHY_WITHIN_MIN_S + 1, 0.5).ok
+    # Tearing down after a failure, the metrics linger: still healthy, so the pod keeps being scraped.
+    assert health(DaemonState.STOPPING, 120.0, 1.0).ok
 
 
 def test_ready_only_when_running_with_every_group_running():
@@ -46,6 +48,9 @@ def test_routes_are_served_beside_the_metrics():
             assert r.headers["Content-Type"] == "application/json" and json.loads(r.read()) == {"a": 1}
         with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
             assert b"supervisor_build_info" in r.read()
+        with urllib.request.urlopen(base + "/metrics?name[]=supervisor_build_info", timeout=10) as r:  # a filtered scrape
+            body = r.read().decode()
+            assert "supervisor_build_info{" in body and "supervisor_workers" not in body
         try:
             urllib.request.urlopen(base + "/bad", timeout=10)
             raise AssertionError("a route that raises must answer 500")

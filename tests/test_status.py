@@ -148,17 +148,22 @@ def test_wide_adds_every_rank_and_the_document_carries_a_schema_version():
         status_to_yaml,
     )
 
-    rows = _rank_rows(record().groups["g"], record().failures, {"g_C_0:0": [("ab" * 16, 4242)], "g_C_standby-1a2b": [("x", 1), ("y", 2)]})
+    processes = {"g_C_0:0": [("ab" * 16, 4242, "n1")], "g_C_standby-1a2b": [("x", 1, "n1"), ("y", 2, "n2")]}
+    rows = _rank_rows(record().groups["g"], record().failures, processes)
     assert rows == [
         RankRow(0, "running", "n1", "n1", "g_C_0:0", "ab" * 16, 4242, 0, None),
-        # Two live actors of that name (other namespaces): which is ours is not known, so none is shown.
-        RankRow(1, "running", "n2", "n1", "g_C_standby-1a2b", None, None, 1, "node_lost: ActorDiedError: node gone"),
+        # Two live actors of that name (another supervisor's namespace): the one on this rank's node.
+        RankRow(1, "running", "n2", "n1", "g_C_standby-1a2b", "y", 2, 1, "node_lost: ActorDiedError: node gone"),
     ]
+    processes["g_C_standby-1a2b"].append(("z", 3, "n2"))  # still two candidates: none is shown
+    ambiguous = _rank_rows(record().groups["g"], [], processes)[1]
+    assert (ambiguous.actor_id, ambiguous.pid) == (None, None)
     wide = report(alive=True)
     wide.supervisors[0].groups[0].ranks = rows
     text = render_status(wide, wide=True)
-    assert "   RANK   STATE     NODE      ORIGINAL NODE   ACTOR ID           PID    RESTARTS   LAST FAILURE" in text.splitlines()
-    assert any(line.split()[:7] == ["0", "running", "node_n1", "node_n1", "ab" * 8, "4242", "0"] for line in text.splitlines())
+    header = next(line for line in text.splitlines() if "RANK" in line)
+    assert header.split() == ["RANK", "STATE", "NODE", "ORIGINAL", "NODE", "ACTOR", "ID", "PID", "RESTARTS", "LAST", "FAILURE"]
+    assert any(line.split()[:7] == ["0", "running", "node_n1", "node_n1", "ab" * 16, "4242", "0"] for line in text.splitlines())
     assert "RANK" not in render_status(wide)  # the default view stays as it was
     document = status_to_json(wide)
     assert document["schema_version"] == STATUS_SCHEMA_VERSION == 1

@@ -219,9 +219,9 @@ def status(names: tuple[str, ...], address: str | None, as_json: bool, output: s
     from .status import collect_status, render_status, status_to_json, status_to_yaml
 
     output = "json" if as_json else output
-    with _connected(address), contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends --watch
+    with _connected(address), contextlib.suppress(*((KeyboardInterrupt,) if watch else ())):  # Ctrl-C ends --watch
         while True:
-            report = collect_status(time.time(), list(names) or None)
+            report = collect_status(time.time(), list(names) or None, ranks=output == "wide")
             if output == "json":  # one document per update: a compact line each when watching
                 text = json.dumps(status_to_json(report), indent=None if watch else 2, sort_keys=True)
             elif output == "yaml":
@@ -230,6 +230,8 @@ def status(names: tuple[str, ...], address: str | None, as_json: bool, output: s
                 text = render_status(report, wide=output == "wide")
                 if watch and sys.stdout.isatty():
                     click.clear()
+                elif watch:
+                    text = "\n" + text  # off a terminal: the updates one after the other, a blank line apart
             click.echo(text.rstrip("\n"))
             if not watch:
                 return

@@ -130,12 +130,13 @@ class StatusReport:
 # -- collecting (reads the cluster) -------------------------------------------------------------
 
 
-def collect_status(now: float, names: list[str] | None = None) -> StatusReport:
+def collect_status(now: float, names: list[str] | None = None, ranks: bool = False) -> StatusReport:
     """Build the report from the records and the cluster (needs a Ray connection).
 
     Args:
         now: wall-clock time of the report.
         names: only these supervisors (default: every one with a record).
+        ranks: also each rank's actor id and pid (``-o wide``: one more read of Ray's actor table).
     """
     import ray
     from ray.util import placement_group_table
@@ -145,25 +146,31 @@ def collect_status(now: float, names: list[str] | None = None) -> StatusReport:
     table = placement_group_table()
     by_name = {str(info.get("name")): info for info in table.values() if info.get("state") != "REMOVED"}
     live_actors = {(a.get("namespace"), a["name"]) for a in ray.util.list_named_actors(all_namespaces=True)}
-    processes = _live_processes()
+    processes = _live_processes() if ranks else None
     report = StatusReport(generated_at=now)
     report.supervisors = [_supervisor_status(r, now, by_name, live_actors, processes) for r in records]
     report.demands = _pending_demands(table)
     return report
 
 
-def _live_processes() -> dict[str, list[tuple[str, int]]]:
-    """actor name -> (actor id, pid) of each live actor of that name (the table has no namespaces)."""
+# actor name -> (actor id, pid, node id) of every live actor of that name
+Processes = dict[str, list[tuple[str, int, str]]]
+
+
+def _live_processes() -> Processes:
+    # Ray's actor table has no namespaces, so two supervisors' actors may share a name: the rank's
+    # node tells them apart (see _rank_rows).
     from ray._private import state
 
-    out: dict[str, list[tuple[str, int]]] = {}
-    for info in state.actors().values():
-        if info.get("State") == "ALIVE" and info.get("Name"):
-            out.setdefault(info["Name"], []).append((str(info["ActorID"]), int(info.get("Pid") or 0)))
+    out: Processes = {}
+    for info in state.actors(actor_state_name="ALIVE").values():
+        if info.get("Name"):
+            node = str((info.get("Address") or {}).get("NodeID") or "")
+            out.setdefault(info["Name"], []).append((str(info["ActorID"]), int(info.get("Pid") or 0), node))
     return out
 
 
-def _rank_rows(group: Any, failures: list[Any], processes: dict[str, list[tuple[str, int]]]) -> list[RankRow]:
+def _rank_rows(group: Any, failures: list[Any], processes: Processes) -> list[RankRow]:
     last: dict[int, str] = {}
     for f in failures:  # oldest first: the last one wins
         if f.group == group.name:
@@ -172,7 +179,9 @@ def _rank_rows(group: Any, failures: list[Any], processes: dict[str, list[tuple[
     for r in group.ranks:
         name = group.actor_names[r.rank] if r.rank < len(group.actor_names) else ""
         found = processes.get(name, [])
-        actor_id, pid = found[0] if len(found) == 1 else (None, None)
+        if len(found) > 1:  # the same name in another supervisor's namespace: the one on this rank's node
+            found = [f for f in found if f[2] == r.node_id]
+        actor_id, pid = found[0][:2] if len(found) == 1 else (None, None)
         state = r.state.value if hasattr(r.state, "value") else str(r.state)
         rows.append(RankRow(r.rank, state, r.node_id, r.original_node, name, actor_id, pid, r.restarts, last.get(r.rank) or r.last_failure))
     return rows
@@ -183,7 +192,7 @@ def _supervisor_status(
     now: float,
     pgs: dict[str, dict[str, Any]],
     live_actors: set[tuple[str | None, str]],
-    processes: dict[str, list[tuple[str, int]]] | None = None,
+    processes: Processes | None = None,
 ) -> SupervisorStatus:
     silent, measured = observed_silence(record, now)
     state = liveness(record, silent)
@@ -209,7 +218,7 @@ def _supervisor_status(
             GroupStatus(
                 g.name, g.pool, g.state, world, running, restarting, failed, g.restarts_in_window(now), g.restart_window_s,
                 g.max_restarts, drifted, not alive, g.failure, g.standbys_wanted, ready, len(live_standbys) - ready,
-                _rank_rows(g, record.failures, processes or {}),
+                _rank_rows(g, record.failures, processes) if processes is not None else [],
             )  # fmt: skip
         )
     failures = [FailureLine(f.time, f.group, f.rank, f.reason, f.detail) for f in record.failures]
@@ -345,7 +354,7 @@ def _rank_table(ranks: list[RankRow]) -> str:
 
     header = ("rank", "state", "node", "original node", "actor id", "pid", "restarts", "last failure")
     return format_table(header, [
-        (r.rank, r.state, r.node and short_node(r.node), r.original_node and short_node(r.original_node), (r.actor_id or "")[:16], r.pid, r.restarts, r.last_failure)
+        (r.rank, r.state, r.node and short_node(r.node), r.original_node and short_node(r.original_node), r.actor_id, r.pid, r.restarts, r.last_failure)
         for r in ranks
     ])  # fmt: skip
 

@@ -85,6 +85,9 @@ class Daemon:
         self.spec = spec
         # What /status serves: the CLI gives `supervisor status -o json`'s document (it owns that layer).
         self._status_document = status_document
+        # /status calls into Ray from the server's threads: one at a time, and none once Ray goes away.
+        self._status_lock = threading.Lock()
+        self._serving_status = True
         self.address = address or spec.ray.address
         self.install_signal_handlers = install_signal_handlers
         self.driver_stop_grace_s = driver_stop_grace_s
@@ -203,12 +206,18 @@ class Daemon:
 
     def _status(self) -> tuple[int, str, bytes]:
         assert self._status_document is not None
-        return 200, "application/json", json.dumps(self._status_document()).encode()
+        with self._status_lock:
+            if not self._serving_status:
+                return 503, "text/plain; charset=utf-8", b"stopping: the cluster connection is closing\n"
+            return 200, "application/json", json.dumps(self._status_document()).encode()
 
     def _stop_metrics(self) -> None:
+        with self._status_lock:  # a /status in progress finishes before Ray is shut down
+            self._serving_status = False
         server, self._metrics_server = self._metrics_server, None
         if server is not None:
             server.shutdown()
+            server.server_close()
 
     def _metrics_address(self) -> str | None:
         if self._metrics_server is None:

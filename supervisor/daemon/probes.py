@@ -30,8 +30,13 @@ class ProbeResult:
 
 def health(phase: DaemonState, last_write_age_s: float | None, heartbeat_interval_s: float) -> ProbeResult:
     """Healthy unless the record has not been written for longer than a few heartbeats (before the
-    first write, while connecting and starting, it is healthy: start-up has its own timeouts)."""
+    first write, while connecting and starting, it is healthy: start-up has its own timeouts; while
+    stopping too: the heartbeat ends on purpose)."""
     limit = max(HEALTHY_WITHIN_MIN_S, HEALTHY_WITHIN_HEARTBEATS * heartbeat_interval_s)
+    if phase in (DaemonState.STOPPING, DaemonState.DETACHED):
+        # The heartbeat ends on purpose; what serves now (a failure's series, kept up for linger_s)
+        # must stay reachable.
+        return ProbeResult(True, f"{phase.value}: the heartbeat has ended")
     if last_write_age_s is None:
         return ProbeResult(True, f"{phase.value}: no record written yet")
     if last_write_age_s > limit:

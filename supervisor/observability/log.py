@@ -36,6 +36,7 @@ def configure_logging(level: int | str = logging.INFO, json: bool | None = None,
     if json is None:
         json = not sys.stderr.isatty()
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    handler = _stdlib_handler(renderer, level) if capture_stdlib else None
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -45,16 +46,36 @@ def configure_logging(level: int | str = logging.INFO, json: bool | None = None,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # With the standard library's records on the same stream, both write under the handler's lock:
+        # a line of one never lands inside a line of the other.
+        logger_factory=(lambda *_: _LockedLine(handler)) if handler is not None else structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    if capture_stdlib:
-        _capture_stdlib(renderer, level)
+    if handler is not None:
+        _capture_stdlib(handler, level)
     _configured = True
 
 
-def _capture_stdlib(renderer: Any, level: int) -> None:
+class _LockedLine:
+    """A structlog logger writing each rendered line to the handler's stream under the handler's lock."""
+
+    def __init__(self, handler: logging.StreamHandler) -> None:  # type: ignore[type-arg]
+        self._handler = handler
+
+    def msg(self, message: str) -> None:
+        self._handler.acquire()
+        try:
+            self._handler.stream.write(message + "\n")
+            self._handler.stream.flush()
+        finally:
+            self._handler.release()
+
+    log = debug = info = warn = warning = error = err = critical = fatal = exception = failure = msg
+
+
+def _stdlib_handler(renderer: Any, level: int) -> logging.StreamHandler:  # type: ignore[type-arg]
     handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(level)  # Ray sets its own loggers' levels; the stream's is this one
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processor=renderer,
@@ -66,9 +87,14 @@ def _capture_stdlib(renderer: Any, level: int) -> None:
             ],
         )
     )
+    return handler
+
+
+def _capture_stdlib(handler: logging.Handler, level: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.captureWarnings(True)  # warnings.warn (torch's, Ray's) as records of "py.warnings"
     # Ray gives its "ray" logger a handler of its own (at import) and stops it propagating; ray.init
     # only re-formats the handlers it finds. Without one it propagates here.
     import ray  # noqa: F401 - so that its logging set-up has run before it is undone

@@ -223,4 +223,6 @@ class _WithoutCreated:
             yield family
 
 
-EXPOSED = _WithoutCreated()
+# A registry of its own (not the collector alone): prometheus-client's `?name[]=` filter needs one.
+EXPOSED = CollectorRegistry(auto_describe=True)  # its names read once, from the metrics defined above
+EXPOSED.register(_WithoutCreated())
