@@ -306,7 +306,7 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     header = next(line for line in wide.stdout.splitlines() if line.split()[:2] == ["RANK", "STATE"])
     assert header.split() == ["RANK", "STATE", "NODE", "ORIGINAL", "NODE", "ACTOR", "ID", "PID", "RESTARTS", "LAST", "FAILURE"]
     rows = [line.split() for line in wide.stdout.splitlines() if re.match(r"^\s+\d\s+running\s", line)]
-    assert [r[0] for r in rows] == ["0", "1", "2", "3"] and all(int(r[5]) > 0 for r in rows), wide.stdout
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"] * 2 and all(int(r[5]) > 0 for r in rows), wide.stdout  # two groups
     import yaml
 
     as_yaml = cli("status", name, "-o", "yaml", "--address", cluster.address)
@@ -444,7 +444,7 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
     elif ending == "group_failed":
         ray.kill(ray.get_actor(sorted(live_actors)[0], namespace=record.namespace), no_restart=True)
         deadline = time.monotonic() + 30
-        while 'supervisor_workers{group="counters",state="failed"} 1.0' not in (text := scrape(record.metrics_address)):
+        while f'supervisor_workers{{group="counters",state="failed",supervisor="{name}"}} 1.0' not in (text := scrape(record.metrics_address)):
             assert time.monotonic() < deadline, text
             time.sleep(0.2)
     expected = 1 if ending in ("driver_raises", "group_failed") else 0
