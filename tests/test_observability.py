@@ -211,7 +211,8 @@ def test_the_kill_and_the_drift_are_in_prometheus(scraped):
     sel = f'job="{JOB}",group="counters"'
     # One kill, then both ranks lost with their node (the first death may be classified before the
     # GCS marks the node dead, so "died" or "node_lost" for that one).
-    assert _prom_value(prom, f"sum(supervisor_worker_restarts_total{{{sel}}})") >= 3
+    # The last replacement may reach Prometheus a scrape later than the drift the fixture waited for.
+    _wait(lambda: _prom_value(prom, f"sum(supervisor_worker_restarts_total{{{sel}}})") >= 3, "three restarts scraped", 60)
     assert _prom_value(prom, f'sum(supervisor_worker_restarts_total{{{sel},reason="node_lost"}})') >= 1
     assert _prom_value(prom, f"supervisor_placement_drift_events_total{{{sel}}}") == 2
     assert _prom_value(prom, f"supervisor_failure_detection_seconds_count{{{sel}}}") >= 1  # when the GCS dated the death
@@ -285,7 +286,7 @@ def _series_by_family(label: str) -> dict[str, set[str]]:
     from supervisor.observability import metrics
 
     found: dict[str, set[str]] = {}
-    for family in text_string_to_metric_families(generate_latest(metrics.REGISTRY).decode()):
+    for family in text_string_to_metric_families(generate_latest(metrics.EXPOSED).decode()):  # what /metrics shows
         for sample in family.samples:
             if label in sample.labels:
                 found.setdefault(family.name, set()).add(sample.labels[label])
