@@ -228,17 +228,20 @@ COLOCATED_WORKER = "WorkerDict"
 FUSED_WORKER = "FusedWorker"
 
 
+def _made_by_create_colocated_worker_cls(cls: Any) -> bool:
+    return str(getattr(cls, "__qualname__", "")).startswith("create_colocated_worker_cls.")
+
+
 def colocated_kind(ray_cls_with_init: Any) -> str | None:
     """:data:`COLOCATED_WORKER`, :data:`FUSED_WORKER`, or None for a plain worker class (or no class)."""
     if ray_cls_with_init is None:
         return None
     cls = getattr(ray_cls_with_init, "cls", None)
     cls = getattr(cls, "__ray_actor_class__", cls)  # ray.remote(...) wraps the class
-    qualname = str(getattr(cls, "__qualname__", ""))
     # A raw fused class is renamed FusedWorker_<roles> by verl and keeps its roles in raw_cls_dict.
     if getattr(ray_cls_with_init, "fused_worker_used", False) or isinstance(getattr(cls, "raw_cls_dict", None), dict):
         return FUSED_WORKER
-    if qualname.startswith("create_colocated_worker_cls."):
+    if _made_by_create_colocated_worker_cls(cls):
         return COLOCATED_WORKER
     return None
 
@@ -380,6 +383,7 @@ class SupervisedRayWorkerGroup:
         host = current_host()
         self._host = host
         settings = host.settings(self.name_prefix, pool=str(getattr(verl_pool, "name_prefix", "") or "")) if host is not None else None
+        config = settings.config if settings is not None else (supervision or SupervisionConfig())
         hooks = host.hooks if host is not None else default_hooks()
         pool = library_pool_of(verl_pool, "STRICT_PACK" if bin_pack else "PACK", host)
         owned_pgs = pool.pgs is None
@@ -392,10 +396,9 @@ class SupervisedRayWorkerGroup:
             namespace=_namespace(host),
             hooks=hooks,
             group_factory=partial(VerlRanks, master_addr=master_addr, master_port=master_port, roles=self._roles or ()),
-            actor_start_timeout_s=(settings.config if settings is not None else (supervision or SupervisionConfig())).actor_start_timeout_s,
+            actor_start_timeout_s=config.actor_start_timeout_s,
         )
         try:
-            config = settings.config if settings is not None else (supervision or SupervisionConfig())
             self._init_method = config.init_method or init_method
             if config.init_method is not None and not _has_init(group.method_names, config.init_method, self._roles):
                 raise ConfigError(
@@ -625,7 +628,7 @@ def _has_init(methods: list[str], name: str, roles: tuple[str, ...] | None) -> b
 def _worker_class_label(cls: type) -> str:
     """``module:Qualname`` of the worker class; for a colocated class, its roles' classes too."""
     label = f"{cls.__module__}:{cls.__qualname__}"
-    roles = colocated_roles(cls) if cls.__qualname__.startswith("create_colocated_worker_cls.") else None
+    roles = colocated_roles(cls) if _made_by_create_colocated_worker_cls(cls) else None
     if roles:
         label = f"{cls.__module__}:{COLOCATED_WORKER}[" + ", ".join(f"{r}={c.__module__}:{c.__qualname__}" for r, c in roles.items()) + "]"
     return label
