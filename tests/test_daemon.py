@@ -326,10 +326,26 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert listing.stdout.splitlines()[0].split() == ["NAME", "LIVENESS", "STATE", "PID", "HOST", "HEARTBEAT", "POOLS", "GROUPS"]
     assert re.search(rf"^{name} +alive +running +{daemon.proc.pid} ", listing.stdout, re.M), listing.stdout
 
+    # The event history: the start, the kill and its replacement, oldest first.
+    history = json.loads(cli("events", name, "-o", "json", "--address", cluster.address).stdout)
+    seen = [(e["kind"], e["group"], e["rank"]) for e in history["events"]]
+    assert history["schema_version"] == 1 and ("DaemonState", None, None) in seen, seen
+    failed = seen.index(("WorkerFailed", "counters", 2))
+    assert ("WorkerReplaced", "counters", 2) in seen[failed:] and ("WorkerRecovered", "counters", 2) in seen[failed:], seen
+    warnings = cli("events", name, "--warnings", "--since", "10m", "--address", cluster.address)
+    lines = warnings.stdout.splitlines()
+    assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], warnings.stdout
+    assert [ln.split()[1:4] for ln in lines[1:]] == [["Warning", "WorkerFailed", "group/counters/2"]], warnings.stdout
+    assert cli("events", name, "--since", "ten minutes", "--address", cluster.address).returncode == 2
+
     stopped = cli("stop", name, "--address", cluster.address)
     assert stopped.returncode == 0 and f"supervisor {name} stopped" in stopped.stdout, stopped.stderr
     assert daemon.wait_exit() == 0
     assert_nothing_left(name, actor_ids)
+    # The history outlives the record, and ends with the teardown.
+    after = json.loads(cli("events", name, "-o", "json", "--address", cluster.address).stdout)["events"]
+    assert len(after) > len(history["events"]) and (after[-1]["kind"], after[-1]["type"]) == ("Stopped", "Normal"), after[-3:]
+    assert after[-1]["message"] == "torn down (supervisor stop)"
     events = [e["event"] for e in daemon.events()]
     assert events.index("teardown_started") < events.index("pool_torn_down") < events.index("supervisor_stopped")
 
@@ -358,6 +374,10 @@ def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, t
 
     second = daemons(spec, name)
     wait_record(name, daemon=second)
+    history = json.loads(cli("events", name, "-o", "json", "--address", cluster.address).stdout)["events"]
+    (taken,) = [e for e in history if e["kind"] == "TakenOver"]
+    assert taken["type"] == "Warning" and f"took over from pid {first.proc.pid}" in taken["message"], taken
+    assert taken["generation"] == max(e["generation"] for e in history) > min(e["generation"] for e in history)
     # The KV store kept what was written before the crash (it is detached and was adopted, not re-created).
     assert KVStore.attach(f"supervisor.{name}").get("written", timeout_s=0, namespace="test") == "before the crash"
     pgs_after, actors_after = live_state(name)
@@ -493,6 +513,8 @@ def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_
     collected = cli("gc", "--address", cluster.address)
     assert collected.returncode == 0 and collected.stdout.startswith("removed supervisor sv-b"), collected.stdout
     assert_nothing_left("sv-b", set(b_actors.values()))
+    last = json.loads(cli("events", "sv-b", "-o", "json", "--address", cluster.address).stdout)["events"][-1]
+    assert (last["kind"], last["type"]) == ("Collected", "Warning") and "6 actor(s)" in last["message"], last
     assert live_state("sv-a") == a_state, "gc touched the running sv-a"
     forced = cli("gc", "--grace", "0", "--address", cluster.address)  # a live heartbeat is never collected
     assert "nothing to collect" in forced.stdout and live_state("sv-a") == a_state

@@ -133,12 +133,14 @@ class _FlakyFence:
     def __init__(self) -> None:
         self.calls = 0
         self.written: list[bytes] = []
+        self.events: list[bytes | None] = []
 
-    def write_record(self, data: bytes, seq: int, detached: bool = False) -> None:
+    def write_record(self, data: bytes, seq: int, detached: bool = False, events: bytes | None = None) -> None:
         self.calls += 1
         if self.calls == 1:
             raise TimeoutError("the GCS did not answer")
         self.written.append(data)
+        self.events.append(events)
 
 
 def test_a_failed_record_write_is_counted_and_shown_by_the_next_one():
@@ -155,3 +157,10 @@ def test_a_failed_record_write_is_counted_and_shown_by_the_next_one():
     written = SupervisorRecord.from_json(job.fence.written[-1])  # type: ignore[attr-defined]
     assert written.record_write_failures == 1 and written.last_record_write_error == "TimeoutError: the GCS did not answer"
     assert written.heartbeat_seq == 2  # every attempt is a new beat
+    # The event history the failed write carried is sent again, and only while it has news.
+    from supervisor.daemon.events import EventKind, events_from_json
+
+    (sent,) = job.fence.events  # type: ignore[attr-defined]
+    assert [e.kind for e in events_from_json(sent)] == [EventKind.DAEMON_STATE]
+    job.write_record()
+    assert job.fence.events[-1] is None  # type: ignore[attr-defined]

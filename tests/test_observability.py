@@ -109,7 +109,11 @@ def scraped(tmp_path_factory):
 
         info = ray.get(send_probe(handle), timeout=30)
         os.kill(info["pid"], signal.SIGKILL)
-        _wait(lambda: _record("sv-obs").groups["counters"].restarts, "the killed worker's restart")
+        def explain() -> str:
+            ranks = [(r.rank, r.state.value, r.node_id, r.drifted) for r in _record("sv-obs").groups["counters"].ranks]
+            return f"ranks {ranks}; daemon exit {daemon.poll()}; its log ends:\n{(tmp / 'daemon.log').read_text()[-6000:]}"
+
+        _wait(lambda: _record("sv-obs").groups["counters"].restarts, "the killed worker's restart", 60, explain)
         # The pool's node lost: its bundles are re-placed on a spare node, the replacements drift.
         node_of_pool = _record("sv-obs").groups["counters"].ranks[0].node_id
         (victim,) = [n for n in nodes if n.node_id == node_of_pool]
@@ -118,8 +122,8 @@ def scraped(tmp_path_factory):
         ray.shutdown()
         cluster.remove_node(victim)
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, namespace="observability-tests")
-        _wait(lambda: sum(r.drifted for r in _record("sv-obs").groups["counters"].ranks) == 2, "drift of both ranks", 120)
-        _wait(lambda: _prom_value(prom, 'sum(supervisor_placement_drift_workers{job="ray-supervisor"})') == 2, "drift scraped")
+        _wait(lambda: sum(r.drifted for r in _record("sv-obs").groups["counters"].ranks) == 2, "drift of both ranks", 120, explain)
+        _wait(lambda: _prom_value(prom, 'sum(supervisor_placement_drift_workers{job="ray-supervisor"})') == 2, "drift scraped", 60, explain)
         time.sleep(5)  # traffic on the recovered group, scraped
         yield prom, f"http://127.0.0.1:{metrics_port}/metrics"
     finally:
@@ -142,7 +146,8 @@ def _record(name: str):
     return RecordStore().get(name)
 
 
-def _wait(predicate, what: str, timeout_s: float = 60.0) -> None:
+def _wait(predicate, what: str, timeout_s: float = 60.0, explain=None) -> None:
+    """Wait for ``predicate``; on a timeout, ``explain()`` (when given) says what the daemon was doing."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -151,8 +156,15 @@ def _wait(predicate, what: str, timeout_s: float = 60.0) -> None:
         except Exception:
             pass
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}" + (f": {_explained(explain)}" if explain else ""))
         time.sleep(0.2)
+
+
+def _explained(explain) -> str:
+    try:
+        return explain()
+    except Exception as exc:  # the explanation must not hide the timeout
+        return f"(no explanation: {exc!r})"
 
 
 def _query(prom: str, expr: str) -> dict:

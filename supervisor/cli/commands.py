@@ -238,6 +238,92 @@ def status(names: tuple[str, ...], address: str | None, as_json: bool, output: s
             time.sleep(interval_s)
 
 
+@main.command()
+@click.argument("names", nargs=-1)
+@_ADDRESS
+@click.option(
+    "--since", default=None, metavar="DURATION", help="Only events newer than this (30s, 10m, 1h30m, 2d)."
+)
+@click.option("--group", default=None, help="Only the events of this group (and its ranks).")
+@click.option("--warnings", "warnings_only", is_flag=True, help="Only Warning events.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json", "yaml"]),
+    default="text",
+    show_default=True,
+    help="json/yaml: one document, with schema_version.",
+)
+@click.option(
+    "--watch",
+    "-w",
+    is_flag=True,
+    help="After the history, print new events as they come (every --interval seconds) until interrupted.",
+)
+@click.option(
+    "--interval",
+    "interval_s",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds between --watch reads.",
+)
+def events(
+    names: tuple[str, ...],
+    address: str | None,
+    since: str | None,
+    group: str | None,
+    warnings_only: bool,
+    output: str,
+    watch: bool,
+    interval_s: float,
+) -> None:
+    """Show what happened to supervisors (all, or NAMES), oldest first, like `kubectl get events`: failures,
+    replacements, recoveries, drift, group and daemon state changes, takeovers, stops and collection.
+    The last 1000 per supervisor are kept in the cluster, also after it stopped."""
+    from ..daemon.events import parse_duration
+    from .events import collect_events, events_document, render_events, select_events
+
+    try:
+        since_s = parse_duration(since) if since is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--since'") from None
+    with _connected(address), contextlib.suppress(*((KeyboardInterrupt,) if watch else ())):
+        after: float | None = None  # with --watch: the newest event printed so far
+        while True:
+            now = time.time()
+            rows = select_events(
+                collect_events(list(names) or None),
+                now=now,
+                since_s=since_s,
+                group=group,
+                warnings_only=warnings_only,
+                after=after,
+            )
+            if output == "json" and watch:  # a compact, versioned line per event
+                text = "\n".join(json.dumps(events_document([r]), sort_keys=True) for r in rows)
+            elif output == "json":
+                text = json.dumps(events_document(rows), indent=2, sort_keys=True)
+            elif output == "yaml":
+                import yaml
+
+                text = (
+                    str(yaml.safe_dump(events_document(rows), sort_keys=True)) + ("---" if watch else "")
+                    if rows or after is None
+                    else ""
+                )
+            elif rows:
+                text = render_events(rows, now, with_supervisor=len(names) != 1, header=after is None)
+            else:
+                text = "no events" if after is None else ""
+            if text:
+                click.echo(text.rstrip("\n"))
+            if not watch:
+                return
+            after = max([r.event.time for r in rows] + [after if after is not None else now])
+            time.sleep(interval_s)
+
+
 @main.command(name="list")
 @_ADDRESS
 @_JSON
@@ -380,6 +466,7 @@ def gc(address: str | None, dry_run: bool, grace_s: float | None, include_detach
     than their detached_grace_s, or with --include-detached."""
     import uuid
 
+    from ..daemon.events import EventKind, EventType, history_ending_with
     from ..daemon.fence import ClaimVerdict, OwnerFence, observed_silence
     from ..daemon.ownership import find_owned
     from ..daemon.record import Liveness, RecordStore, liveness
@@ -418,13 +505,47 @@ def gc(address: str | None, dry_run: bool, grace_s: float | None, include_detach
                 continue
             try:
                 fence.remove_owned(find_owned(record.name))
-                fence.retire()
+                collected = f"collected by `supervisor gc` after {silent:.0f}s of silence: {what}"
+                history = history_ending_with(
+                    store.events(record.name),
+                    EventKind.COLLECTED,
+                    collected,
+                    time=time.time(),
+                    type=EventType.WARNING,
+                    generation=fence.generation or 0,
+                )
+                fence.retire(history)
             except SupersededError:
                 click.echo(f"skipped supervisor {record.name}: a daemon took it over meanwhile")
                 continue
             click.echo(f"removed supervisor {record.name} (silent for {silent:.0f}s): {what}")
+        found += _collect_old_histories(store, now, dry_run)
     if not found:
         click.echo("nothing to collect: no orphaned supervisors")
+
+
+def _collect_old_histories(store: Any, now: float, dry_run: bool) -> int:
+    """Remove the event histories of supervisors that have had no record for EVENTS_KEPT_S."""
+    from ..daemon.events import EVENTS_KEPT_S
+
+    removed = 0
+    live = set(store.names())
+    for name in store.event_names():
+        events = store.events(name)
+        newest = max((e.time for e in events), default=0.0)
+        if name in live or now - newest <= EVENTS_KEPT_S:
+            continue
+        removed += 1
+        if dry_run:
+            click.echo(
+                f"would remove the event history of supervisor {name} (gone, last event {now - newest:.0f}s ago)"
+            )
+        else:
+            store.delete_events(name)
+            click.echo(
+                f"removed the event history of supervisor {name} (gone, last event {now - newest:.0f}s ago)"
+            )
+    return removed
 
 
 if __name__ == "__main__":

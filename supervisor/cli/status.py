@@ -19,6 +19,7 @@ from typing import Any
 from ..daemon.fence import observed_silence
 from ..daemon.record import Liveness, RecordStore, SupervisorRecord, liveness
 from ..supervision import WorkerState
+from .table import format_duration
 
 __all__ = ["PlacementGroupStatus", "GroupStatus", "SupervisorStatus", "StatusReport", "collect_status", "render_status", "status_to_json"]
 
@@ -268,13 +269,6 @@ def _when(t: float) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
 def short_node(node_id: str | None) -> str:
     """A node id as shown to people: Ray's ``node_`` prefix and the first 12 hex digits."""
     return f"node_{node_id[:12]}" if node_id else "(unplaced)"
@@ -302,7 +296,7 @@ def render_status(report: StatusReport, wide: bool = False) -> str:
     running = [s for s in report.supervisors if s.liveness == Liveness.ALIVE.value]
     down = [s for s in report.supervisors if s.liveness != Liveness.ALIVE.value]
     sup_items = [
-        f"{s.name}: {s.state}, pid {s.pid} on {s.host}, up {_duration(now - s.started_at)}, heartbeat {s.heartbeat_age_s:.1f}s ago"
+        f"{s.name}: {s.state}, pid {s.pid} on {s.host}, up {format_duration(now - s.started_at)}, heartbeat {s.heartbeat_age_s:.1f}s ago"
         + (f", metrics on {s.metrics_address}" if s.metrics_address else "")
         + (f"; {s.record_write_failures} record write(s) failed, last: {s.last_record_write_error}" if s.record_write_failures else "")
         for s in running
@@ -322,7 +316,7 @@ def render_status(report: StatusReport, wide: bool = False) -> str:
             source = " (from the cluster: daemon not running)" if g.from_cluster else ""
             items = [
                 f"workers: {g.alive} alive, {g.restarting} restarting, {g.failed} failed{source}",
-                f"restarts: {g.restarts_in_window} in the last {_duration(g.restart_window_s)} (budget {g.max_restarts})",
+                f"restarts: {g.restarts_in_window} in the last {format_duration(g.restart_window_s)} (budget {g.max_restarts})",
             ]
             if g.standbys_wanted:
                 items.append(f"standbys: {g.standbys_ready}/{g.standbys_wanted} ready" + (f", {g.standbys_starting} starting" if g.standbys_starting else ""))
@@ -360,12 +354,14 @@ def _rank_table(ranks: list[RankRow]) -> str:
 
 
 def _down_item(s: SupervisorStatus) -> str:
-    seen = f"{_duration(s.heartbeat_age_s)} ago" + ("" if s.measured_by_fence else " by the daemon's clock")
+    seen = f"{format_duration(s.heartbeat_age_s)} ago" + (
+        "" if s.measured_by_fence else " by the daemon's clock"
+    )
     where = f"pid {s.pid} on {s.host}"
     if s.liveness == Liveness.DETACHED.value:
         return (
             f"{s.name}: detached {seen} ({where}); its pools and workers run on: start the same spec to re-adopt them "
-            f"(`supervisor gc` collects it after {_duration(s.detached_grace_s)}, or with --include-detached)"
+            f"(`supervisor gc` collects it after {format_duration(s.detached_grace_s)}, or with --include-detached)"
         )
     text = f"{s.name}: daemon not running since {_when(s.heartbeat_at)} (last heartbeat {seen}, {where})"
     return text + ("; orphaned: `supervisor gc` removes its pools and actors" if s.liveness == Liveness.ORPHANED.value else "")

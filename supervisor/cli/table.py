@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["format_table"]
+__all__ = ["format_table", "format_duration"]
 
 _GAP = "   "
 
@@ -23,3 +23,13 @@ def _cell(value: object) -> str:
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+def format_duration(seconds: float) -> str:
+    """``42s``, ``3m07s``, ``5h02m00s``."""
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return (
+        f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    )

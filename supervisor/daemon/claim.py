@@ -7,6 +7,7 @@ import time
 
 from ..errors import SupervisorError
 from ..observability.log import get_logger
+from .events import EventKind, EventLog, EventType
 from .fence import ClaimVerdict
 from .job import Job
 from .liveness import ProcessIdentity
@@ -71,6 +72,19 @@ def claim(job: Job, address: str | None, metrics_address: str | None, ray_versio
         heartbeat_seq=previous.heartbeat_seq if previous else 0,
     )
     job.hooks.failures.extend(job.record.failures)
+    job.hooks.events = EventLog(store.events(spec.name))  # the history goes on across starts and takeovers
+    job.hooks.events.generation = job.record.generation
+    if previous is not None:
+        how = (
+            "re-adopts the detached job"
+            if previous.detached
+            else f"its daemon was silent for {before.silent_s:.0f}s"
+        )
+        job.hooks.event(
+            EventKind.TAKEN_OVER,
+            f"generation {job.record.generation} (pid {me.pid} on {me.host}) took over from pid {previous.pid} on {previous.host}: {how}",
+            EventType.NORMAL if previous.detached else EventType.WARNING,
+        )
     job.write_record()
     if previous is not None:
         log.info(

@@ -181,10 +181,14 @@ class _FenceActor:
             self._watch.observe(0, now)  # the claim itself is the new owner's first sign of life
         return verdict, self._state.generation, status
 
-    def write(self, generation: int, data: bytes, seq: int, detached: bool) -> Refusal | None:
+    def write(
+        self, generation: int, data: bytes, seq: int, detached: bool, events: bytes | None = None
+    ) -> Refusal | None:
         refusal = self._check(generation)
         if refusal is None:
             self._store.put_raw(self._supervisor, data)
+            if events is not None:
+                self._store.put_events_raw(self._supervisor, events)
             self._watch.observe(seq, time.monotonic())
             self._state.detached = detached
         return refusal
@@ -210,11 +214,13 @@ class _FenceActor:
             remove_placement_group_ids(pg_ids)
         return refusal
 
-    def retire(self, generation: int) -> Refusal | None:
-        """Delete the record and refuse everything from now on (the caller then kills this actor;
-        a later claimer that finds it retired does so too)."""
+    def retire(self, generation: int, events: bytes | None = None) -> Refusal | None:
+        """Delete the record (writing the last ``events``, which outlive it) and refuse everything from
+        now on (the caller then kills this actor; a later claimer that finds it retired does so too)."""
         refusal = self._check(generation)
         if refusal is None:
+            if events is not None:
+                self._store.put_events_raw(self._supervisor, events)
             self._store.delete(self._supervisor)
             self._state.retired = True
         return refusal
@@ -345,8 +351,11 @@ class OwnerFence:
         return verdict, status
 
     # -- fenced calls ---------------------------------------------------------------------------
-    def write_record(self, data: bytes, seq: int, detached: bool = False) -> None:
-        self._call("write", data, seq, detached)
+    def write_record(
+        self, data: bytes, seq: int, detached: bool = False, events: bytes | None = None
+    ) -> None:
+        """Write the record (and, when given, the event history) unless superseded."""
+        self._call("write", data, seq, detached, events)
 
     def check(self) -> None:
         """Raise :class:`SupersededError` unless this process still owns the supervisor."""
@@ -375,11 +384,12 @@ class OwnerFence:
         if owned:
             log.info("owned_resources_removed", supervisor=self.supervisor, placement_groups=sorted(owned.placement_groups), actors=owned.actors)
 
-    def retire(self) -> None:
-        """Delete the record and end the fence: the supervisor is gone."""
+    def retire(self, events: bytes | None = None) -> None:
+        """Delete the record and end the fence: the supervisor is gone. ``events``, the history with
+        its last event, is written first and stays."""
         import ray
 
-        self._call("retire")
+        self._call("retire", events)
         handle, self._handle = self._handle, None
         try:
             ray.kill(handle, no_restart=True)

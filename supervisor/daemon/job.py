@@ -25,6 +25,7 @@ from ..supervision import GroupSupervisor
 from ..supervision.init_policy import RankAttempt
 from ..supervision.restart_policy import within_window
 from .driver import DriverRun
+from .events import EventKind, EventLog, EventType, events_to_json
 from .fence import OwnerFence
 from .kv import KVStore
 from .record import DaemonState, FailureEvent, GroupRecord, RecordStore, StandbyRecord, SupervisorRecord
@@ -42,12 +43,23 @@ class ProgressNotSerializableError(SupervisorError, TypeError):
 
 
 class DaemonHooks(ObservingHooks):
-    """Metrics and logs, plus the recent failures the state record shows."""
+    """Metrics and logs, plus the recent failures the state record shows and the event history."""
 
     def __init__(self) -> None:
         self.failures: deque[FailureEvent] = deque(maxlen=RECENT_FAILURES)
+        self.events = EventLog()
         # Writes the record now: set by the job once it has one.
         self.persist: Callable[[], None] | None = None
+
+    def event(
+        self,
+        kind: EventKind,
+        message: str,
+        type: EventType = EventType.NORMAL,
+        group: str | None = None,
+        rank: int | None = None,
+    ) -> None:
+        self.events.add(kind, message, time=time.time(), type=type, group=group, rank=rank)
 
     def on_supervision_changed(self, group: str) -> None:
         if self.persist is not None:
@@ -56,11 +68,49 @@ class DaemonHooks(ObservingHooks):
     def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
         super().on_worker_failed(group, rank, reason, detail, detection_s)
         self.failures.append(FailureEvent(time.time(), group, rank, reason, detail))
+        self.event(EventKind.WORKER_FAILED, f"{reason}: {detail}", EventType.WARNING, group, rank)
 
     def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
         super().on_init_attempt(group, attempt)
         if not attempt.outcome.ok:
-            self.failures.append(FailureEvent(time.time(), group, attempt.rank, f"init_{attempt.outcome.value}", attempt.error or ""))
+            reason = f"init_{attempt.outcome.value}"
+            self.failures.append(FailureEvent(time.time(), group, attempt.rank, reason, attempt.error or ""))
+            self.event(EventKind.INIT_FAILED, f"{reason} (attempt {attempt.attempt}): {attempt.error or ''}", EventType.WARNING, group, attempt.rank)
+
+    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+        super().on_worker_replaced(group, rank, reason)
+        self.event(EventKind.WORKER_REPLACED, f"a fresh actor into the same bundle ({reason})", group=group, rank=rank)
+
+    def on_worker_recovered(self, group: str, rank: int, recovery_s: float | None) -> None:
+        super().on_worker_recovered(group, rank, recovery_s)
+        after = f" {recovery_s:.1f}s after the failure" if recovery_s is not None else ""
+        self.event(EventKind.WORKER_RECOVERED, f"serving again{after}", group=group, rank=rank)
+
+    def on_placement_drift(self, group: str, rank: int, original_node: str, current_node: str) -> None:
+        super().on_placement_drift(group, rank, original_node, current_node)
+        message = f"runs on node {current_node[:12]}; its bundle was placed on {original_node[:12]}"
+        self.event(EventKind.PLACEMENT_DRIFT, message, EventType.WARNING, group, rank)
+
+    def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
+        super().on_rendezvous_changed(group, master_addr, master_port)
+        self.event(EventKind.RENDEZVOUS_CHANGED, f"rank 0 replaced: MASTER_ADDR={master_addr} MASTER_PORT={master_port}", group=group)
+
+    def on_group_state(self, group: str, source: str, target: str) -> None:
+        super().on_group_state(group, source, target)
+        self.event(EventKind.GROUP_STATE, f"{source} -> {target}", EventType.WARNING if target == "failed" else EventType.NORMAL, group)
+
+    def on_group_failed(self, group: str, message: str) -> None:
+        super().on_group_failed(group, message)
+        self.event(EventKind.GROUP_FAILED, message, EventType.WARNING, group)
+
+    def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
+        super().on_standby_failed(group, actor, detail)
+        self.event(EventKind.STANDBY_FAILED, f"{actor}: {detail}", EventType.WARNING, group)
+
+    def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
+        super().on_resource_wait_done(pool, waited_s, outcome)
+        type_ = EventType.NORMAL if outcome == "ready" else EventType.WARNING
+        self.event(EventKind.RESOURCE_WAIT, f"pool {pool}: {outcome} after {waited_s:.1f}s", type_)
 
 
 @dataclass
@@ -99,6 +149,8 @@ class Job:
     kv: KVStore | None = None
     fence: OwnerFence | None = None
     last_written: float | None = None  # time.monotonic() of the last record write that succeeded
+    _events_written: int = -1  # EventLog.added when the event history was last written
+    _announced_state: str | None = None  # the daemon state the last DaemonState event named
     # Serialises record writes, so they reach the fence in the order their contents were taken.
     write_lock: threading.Lock = field(default_factory=threading.Lock)
     # Re-entrant: a signal handler runs on the main thread, possibly while it holds the lock.
@@ -130,14 +182,24 @@ class Job:
                 record = self.record
                 record.heartbeat_at = time.time()
                 record.heartbeat_seq += 1
+                if record.state != (state or self.phase).value or self.hooks.events.added == 0:
+                    self.hooks.event(
+                        EventKind.DAEMON_STATE,
+                        f"{(state or self.phase).value} (pid {record.pid} on {record.host})",
+                    )
                 record.state = (state or self.phase).value
                 record.failures = list(self.hooks.failures)
                 for m in self.groups:
                     record.groups[m.name] = group_record(m, record.groups.get(m.name))
                 data, seq = record.to_json(), record.heartbeat_seq
+                events, added = self.hooks.events.snapshot()
+                events_data = events_to_json(events) if added != self._events_written else None
             try:
-                self.fence.write_record(data, seq, detached=record.state == DaemonState.DETACHED.value)
+                self.fence.write_record(
+                    data, seq, detached=record.state == DaemonState.DETACHED.value, events=events_data
+                )
                 self.last_written = time.monotonic()
+                self._events_written = added
             except SupersededError:
                 raise
             except Exception as exc:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..supervision.restart_policy import RestartPolicy, within_window
 from ..supervision.states import RankStatus, WorkerState
+from .events import Event, events_from_json
 from .liveness import Liveness, ProcessIdentity, judge
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
 KV_NAMESPACE = "ray_supervisor"
 _RECORD_PREFIX = "record:"
 _STOP_PREFIX = "stop:"
+_EVENTS_PREFIX = "events:"
 
 DEFAULT_DETACHED_GRACE_S = 24 * 3600.0
 """How long a detached job waits for the next start before ``gc`` may collect it."""
@@ -212,8 +214,27 @@ class RecordStore:
         self._kv._internal_kv_del(_STOP_PREFIX + name, namespace=KV_NAMESPACE)
 
     def names(self) -> list[str]:
-        keys = self._kv._internal_kv_list(_RECORD_PREFIX, namespace=KV_NAMESPACE) or []
-        return sorted(k.decode().removeprefix(_RECORD_PREFIX) for k in keys)
+        return self._names(_RECORD_PREFIX)
+
+    def put_events_raw(self, name: str, data: bytes) -> None:
+        """Write a supervisor's event history. Only the owner fence calls this, like :meth:`put_raw`."""
+        self._kv._internal_kv_put(_EVENTS_PREFIX + name, data, overwrite=True, namespace=KV_NAMESPACE)
+
+    def events(self, name: str) -> list[Event]:
+        """A supervisor's event history, oldest first (empty when it has none)."""
+        data = self._kv._internal_kv_get(_EVENTS_PREFIX + name, namespace=KV_NAMESPACE)
+        return events_from_json(data) if data else []
+
+    def delete_events(self, name: str) -> None:
+        self._kv._internal_kv_del(_EVENTS_PREFIX + name, namespace=KV_NAMESPACE)
+
+    def event_names(self) -> list[str]:
+        """The supervisors that have an event history (some may have no record any more)."""
+        return self._names(_EVENTS_PREFIX)
+
+    def _names(self, prefix: str) -> list[str]:
+        keys = self._kv._internal_kv_list(prefix, namespace=KV_NAMESPACE) or []
+        return sorted(k.decode().removeprefix(prefix) for k in keys)
 
     def all(self) -> list[SupervisorRecord]:
         return [r for name in self.names() if (r := self.get(name)) is not None]

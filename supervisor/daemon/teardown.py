@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from ..errors import SupersededError, first_line
 from ..observability.log import get_logger
+from .events import EventKind, EventType, events_to_json
 from .job import Job, ManagedGroup
 from .ownership import find_owned
 from .record import DaemonState
@@ -36,7 +37,7 @@ def tear_down(job: Job, reason: StopReason, scope: TeardownScope, driver_stop_gr
         m.supervisor.stop()
     try:
         if scope is TeardownScope.EVERYTHING:
-            _remove_everything(job, stop_heartbeat)
+            _remove_everything(job, reason, stop_heartbeat)
         else:
             stop_heartbeat()
             if reason.detaches:
@@ -53,7 +54,7 @@ def tear_down(job: Job, reason: StopReason, scope: TeardownScope, driver_stop_gr
         stop_heartbeat()
 
 
-def _remove_everything(job: Job, stop_heartbeat: Callable[[], None]) -> None:
+def _remove_everything(job: Job, reason: StopReason, stop_heartbeat: Callable[[], None]) -> None:
     assert job.fence is not None
     try:
         job.fence.check()  # shutdown methods are not fenced calls: ask right before them
@@ -66,7 +67,12 @@ def _remove_everything(job: Job, stop_heartbeat: Callable[[], None]) -> None:
         stop_heartbeat()
         with job.lock:
             job.record = None  # nothing may write the record again once it is deleted
-        job.fence.retire()
+        job.hooks.event(
+            EventKind.STOPPED,
+            f"torn down ({reason.value})",
+            EventType.WARNING if reason.exit_code else EventType.NORMAL,
+        )
+        job.fence.retire(events_to_json(job.hooks.events.events()))
     except SupersededError:
         raise
     except Exception as exc:

@@ -53,6 +53,9 @@ class LifecycleHooks:
     def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
         """Workers of the group per state, after every change."""
 
+    def on_group_state(self, group: str, source: str, target: str) -> None:
+        """The group's state changed (``running``, ``recovering``, ``failed``, ...: GroupState values)."""
+
     def on_group_failed(self, group: str, message: str) -> None:
         """The group is FAILED (restart budget exhausted or replacement failed); no more restarts."""
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..daemon.auth import AUTH_ENV_VARS
 from ..daemon.claim import claim
+from ..daemon.events import EventKind, EventType, history_ending_with
 from ..daemon.fence import FENCE_ACTOR_NAME, ClaimVerdict, OwnerFence, fence_status
 from ..daemon.job import Job
 from ..daemon.liveness import ProcessIdentity
@@ -281,7 +282,17 @@ class RunLauncher:
             record.state = DaemonState.STOPPING.value
             fence.write_record(record.to_json(), record.heartbeat_seq)
             fence.remove_owned(owned)
-            fence.retire()
+            ended = f"torn down: the command ended ({len(owned.placement_groups)} placement group(s), {len(owned.actors)} actor(s))"
+            fence.retire(
+                history_ending_with(
+                    store.events(name),
+                    EventKind.STOPPED,
+                    ended,
+                    time=time.time(),
+                    type=EventType.NORMAL,
+                    generation=record.generation,
+                )
+            )
             store.clear_stop(name, self.owner)  # a `supervisor stop` that ended this run is done
             log.info("run_torn_down", supervisor=name, placement_groups=sorted(owned.placement_groups), actors=owned.actors)
         except SupersededError as exc:

@@ -378,6 +378,7 @@ class GroupSupervisor:
             log.info("rank_state", group=self.group.name, rank=move.rank, source=move.source.value, target=move.target.value, reason=reason)
         if plan.state.group is not self._loop.group:
             log.info("group_state", group=self.group.name, source=self._loop.group.value, target=plan.state.group.value)
+            self.hooks.on_group_state(self.group.name, self._loop.group.value, plan.state.group.value)
 
     def _start_replacement(self, replacement: Replacement) -> None:
         rank = replacement.rank
