@@ -343,3 +343,31 @@ def test_aggregating_alerts_keep_the_supervisor_apart() -> None:
         for labels in re.findall(r"by \(([^)]*)\)", rule["expr"]):
             names = {n.strip() for n in labels.split(",")}
             assert "supervisor" in names or "le" in names and len(names) == 1, f"{rule['alert']}: by ({labels}) merges supervisors"
+
+
+def test_the_prometheus_rule_carries_exactly_the_alert_rules() -> None:
+    (rule,) = load_yaml(OPS / "kuberay/prometheusrule.yaml")
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    (alerts,) = load_yaml(OPS / "alerts.yml")
+    assert rule["spec"] == alerts, "regenerate kuberay/prometheusrule.yaml from alerts.yml (spec: alerts.yml as it is)"
+
+
+def test_the_ray_job_runs_the_daemon_once_on_its_head_with_a_valid_spec() -> None:
+    from supervisor.daemon.spec import parse_spec
+
+    docs = {d["kind"]: d for d in load_yaml(OPS / "kuberay/rayjob.yaml")}
+    job, config_map = docs["RayJob"], docs["ConfigMap"]
+    assert (job["apiVersion"], job["spec"]["backoffLimit"], job["spec"]["shutdownAfterJobFinishes"]) == ("ray.io/v1", 0, True)
+    assert job["spec"]["entrypoint"].split()[:3] == ["supervisor", "start", "/etc/ray-supervisor/job.toml"]
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    (container,) = head["containers"]
+    volumes = {v["name"]: v for v in head["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if volumes[m["name"]].get("configMap", {}).get("name") == config_map["metadata"]["name"]]
+    assert mount["mountPath"] == "/etc/ray-supervisor"
+    workers = [c for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
+    for c in [container, *workers, *job["spec"]["submitterPodTemplate"]["spec"]["containers"]]:
+        auth = {e["name"]: e for e in c["env"]}
+        assert auth["RAY_AUTH_MODE"]["value"] == "token", c["name"]
+        assert auth["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "rlhf-ray-auth", "key": "auth_token"}, c["name"]
+    spec = parse_spec(config_map["data"]["job.toml"], source="ConfigMap job.toml", base_dir=ROOT, check_imports=True)
+    assert spec.ray.address is None and spec.driver is not None  # a finite job: its driver returns

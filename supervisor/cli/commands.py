@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from ..version import __version__
+from .export import AssetBundle
 
 __all__ = ["main"]
 
@@ -322,6 +323,30 @@ def events(
                 return
             after = max([r.event.time for r in rows] + [after if after is not None else now])
             time.sleep(interval_s)
+
+
+@main.command(name="export")
+@click.argument("bundle", metavar="|".join(AssetBundle), type=click.Choice([b.value for b in AssetBundle]))
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files that exist with other contents.")
+def export_assets(bundle: str, directory: Path, force: bool) -> None:
+    """Write the ops files the package ships into DIRECTORY: the Grafana dashboards with their
+    provisioning (dashboards), the alert rules with their promtool tests and the Prometheus config
+    (alerts), the systemd unit (systemd), or the KubeRay manifests: RayCluster, the daemon's Deployment,
+    ServiceMonitor, PrometheusRule and a RayJob (kuberay). Files there with other contents are an
+    error (nothing is written) unless --force."""
+    from ..errors import SupervisorError
+    from .export import export_bundle, planned_files
+
+    try:
+        written = export_bundle(AssetBundle(bundle), directory, force=force)
+    except SupervisorError as exc:
+        raise click.ClickException(str(exc)) from None
+    for path in written:
+        click.echo(f"wrote {path}")
+    unchanged = len(planned_files(AssetBundle(bundle))) - len(written)
+    if unchanged:
+        click.echo(f"{unchanged} file(s) in {directory} already up to date")
 
 
 @main.command(name="list")
