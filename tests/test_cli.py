@@ -47,7 +47,7 @@ def test_validate_accepts_every_example_spec_and_describes_it():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    for spec in sorted(root.glob("examples/**/*.toml")):
+    for spec in sorted([*root.glob("examples/**/*.toml"), *root.glob("examples/**/*.yaml")]):
         run = "[run." in spec.read_text() or spec.name == "run.toml"
         result = CliRunner().invoke(main, ["validate", *(["--run"] if run else []), "--json", str(spec)])
         assert result.exit_code == 0, (spec, result.output)

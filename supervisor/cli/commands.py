@@ -325,6 +325,22 @@ def events(
             time.sleep(interval_s)
 
 
+@main.command()
+@click.option("-o", "--output", type=click.Choice(["json", "yaml"]), default="json", show_default=True)
+def schema(output: str) -> None:
+    """Print the JSON Schema of a spec (TOML or YAML), for editors: Taplo (`#:schema ./spec.schema.json`
+    atop a TOML spec) and yaml-language-server (`# yaml-language-server: $schema=./spec.schema.json`)
+    complete fields and flag unknown keys and wrong types. `supervisor validate` checks the rest."""
+    from ..daemon.spec_schema import spec_schema
+
+    if output == "yaml":
+        import yaml
+
+        click.echo(yaml.safe_dump(spec_schema(), sort_keys=False).rstrip("\n"))
+    else:
+        click.echo(json.dumps(spec_schema(), indent=2))
+
+
 @main.command(name="export")
 @click.argument("bundle", metavar="|".join(AssetBundle), type=click.Choice([b.value for b in AssetBundle]))
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))

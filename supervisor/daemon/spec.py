@@ -1,4 +1,4 @@
-"""The supervisor spec: one TOML file describing one supervisor, loaded once into typed objects.
+"""The supervisor spec: one TOML (or YAML) file describing one supervisor, loaded once into typed objects.
 
 ``load_spec(path)`` parses and validates the whole file and raises :class:`SpecError` listing *every*
 problem, one line each, naming the field (``groups.rollout.pool: pool 'refs' is not defined (pools:
@@ -31,7 +31,6 @@ import math
 import os
 import re
 import sys
-import tomllib
 import types
 import typing
 from collections.abc import Callable
@@ -58,6 +57,7 @@ from ..supervision.restart_policy import RestartPolicy, RestartStrategy
 from .auth import token_file_problem
 from .ownership import namespace_of, pool_prefix_of
 from .record import DEFAULT_DETACHED_GRACE_S
+from .spec_format import SpecFormat, format_of, parse_document
 
 __all__ = [
     "SpecError",
@@ -149,7 +149,11 @@ class PoolSpec:
 
 @dataclass(frozen=True)
 class GroupSpec:
-    """``[groups.NAME]``: one detached worker group in a pool, and how it is supervised."""
+    """``[groups.NAME]``: one detached worker group in a pool, and how it is supervised.
+
+    The supervision defaults are the library's own (one place each: InitPolicy, RestartPolicy,
+    SupervisionConfig).
+    """
 
     pool: str = ""
     worker_class: str = ""  # "module:Class" (the TOML key is ``class``)
@@ -162,7 +166,6 @@ class GroupSpec:
     actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S
     init_method: str | None = None
     init_kwargs: dict[str, Any] = field(default_factory=dict)
-    # The defaults are the library's own (one place each: InitPolicy, RestartPolicy, SupervisionConfig).
     init_timeout_s: float = InitPolicy.timeout_s
     init_attempts: int = InitPolicy.attempts
     restart_strategy: RestartStrategy = RestartPolicy.strategy
@@ -314,7 +317,7 @@ class SupervisorSpec:
 
 # -- loading and validation --------------------------------------------------------------------
 
-_TOML_KEYS = {"worker_class": "class"}  # dataclass field -> TOML key, where Python reserves the word
+TOML_KEYS = {"worker_class": "class"}  # dataclass field -> TOML key, where Python reserves the word
 _SUPERVISOR_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
 _RUN_SECTIONS = {"supervisor", "ray", "run"}
@@ -332,7 +335,7 @@ def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_bu
     """Read and validate a spec file.
 
     Args:
-        path: the TOML file.
+        path: the TOML file, or a YAML one (``.yaml``, ``.yml``) with the same tables as mappings.
         check_imports: also import every worker class and the driver function (with the spec's
             python_path on ``sys.path``), so a typo fails here rather than in the cluster.
         check_budget: also require the groups colocated in a pool to fit one bundle (``supervisor
@@ -347,17 +350,20 @@ def load_spec(path: str | os.PathLike[str], check_imports: bool = True, check_bu
         text = Path(path).read_text()
     except OSError as exc:
         raise SpecError(source, [f"cannot read the spec: {exc.strerror or exc}"]) from None
-    return parse_spec(text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports, check_budget=check_budget, run=run)
+    return parse_spec(
+        text, source=source, base_dir=Path(path).resolve().parent, check_imports=check_imports, check_budget=check_budget, run=run,
+        fmt=format_of(path),
+    )  # fmt: skip
 
 
 def parse_spec(
-    text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True, check_budget: bool = True, run: bool = False
-) -> SupervisorSpec:
-    """Parse and validate spec text (see :func:`load_spec`)."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(source, [f"not valid TOML: {exc}"]) from None
+    text: str, source: str = "<spec>", base_dir: Path | None = None, check_imports: bool = True, check_budget: bool = True, run: bool = False,
+    fmt: SpecFormat = SpecFormat.TOML,
+) -> SupervisorSpec:  # fmt: skip
+    """Parse and validate spec text, TOML or YAML (see :func:`load_spec`)."""
+    raw, unreadable = parse_document(text, fmt)
+    if raw is None:
+        raise SpecError(source, unreadable)
     problems: list[str] = []
     if run:
         for key in sorted(_SECTIONS - _RUN_SECTIONS):
@@ -401,7 +407,7 @@ def parse_spec(
 def _run_section(raw: dict[str, Any], problems: list[str]) -> RunSection:
     table = _table(raw, "run", problems)
     _unknown_keys(table, {"groups"}, "run.", problems)
-    group_keys = {_TOML_KEYS.get(f.name, f.name) for f in dataclasses.fields(GroupSpec)}
+    group_keys = {TOML_KEYS.get(f.name, f.name) for f in dataclasses.fields(GroupSpec)}
     groups, strategy_set = {}, set()
     for name, group in _named_tables(table, "groups", problems).items():
         path = f"run.groups.{_key(name)}"
@@ -457,7 +463,7 @@ def _unknown_keys(table: dict[str, Any], known: set[str], path: str, problems: l
 def _build(cls: Any, table: dict[str, Any], path: str, problems: list[str]) -> Any:
     """Build dataclass ``cls`` from a TOML table, type-checking each value against its annotation."""
     hints = typing.get_type_hints(cls)
-    fields = {_TOML_KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}
+    fields = {TOML_KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}
     _unknown_keys(table, set(fields), f"{path}.", problems)
     values: dict[str, Any] = {}
     for key, f in fields.items():
@@ -475,8 +481,10 @@ def _convert(value: Any, hint: Any) -> tuple[bool, Any]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)][0]
+        if value is None:  # YAML's null (TOML has none): the field's "not set"
+            return True, None
         if inner is float and isinstance(value, float) and math.isinf(value) and value > 0:
-            return True, None  # `inf` in TOML: no limit
+            return True, None  # `inf` in TOML (`.inf` in YAML): no limit
         return _convert(value, inner)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         if isinstance(value, str):
@@ -525,6 +533,8 @@ def _type_name(hint: Any) -> str:
 def _describe(value: Any) -> str:
     if isinstance(value, float) and math.isnan(value):
         return "nan"
+    if value is None:
+        return "null"
     kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "table"}.get(type(value), type(value).__name__)
     shown = repr(value)
     return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
