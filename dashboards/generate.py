@@ -38,6 +38,9 @@ INSTANCE_QUERY = 'label_values(supervisor_build_info{job=~"$job"}, instance)'
 GROUP_QUERY = 'label_values(supervisor_workers{job=~"$job", instance=~"$instance"}, group)'
 
 HISTOGRAM_QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+# A bar's interval spans at least 4 scrapes of ops/prometheus.yml's 15 s, so increase() has samples to
+# compare; Grafana widens it with the time range.
+BAR_MIN_INTERVAL = "1m"
 DISTRIBUTION_QUANTILES = (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
 
 
@@ -55,6 +58,11 @@ def sel(metric: str, *matchers: str, group: bool = False) -> str:
 
 def rate(metric: str, *matchers: str, group: bool = False, fn: str = "rate") -> str:
     return f"{fn}({sel(metric, *matchers, group=group)}[$__rate_interval])"
+
+
+def per_interval(metric: str, *matchers: str, group: bool = False) -> str:
+    """A counter's increase over each bar's own interval: bars side by side, not overlapping windows."""
+    return f"increase({sel(metric, *matchers, group=group)}[$__interval])"
 
 
 def sum_by(labels: str, expr: str) -> str:
@@ -106,8 +114,8 @@ def timeseries_panel(
                 .placement(cm.LegendPlacement.BOTTOM))
         .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
     )
-    if bars:
-        return panel.draw_style(cm.GraphDrawStyle.BARS).fill_opacity(60).line_width(1)
+    if bars:  # each bar an increase over $__interval, at least BAR_MIN_INTERVAL (several scrapes)
+        return panel.interval(BAR_MIN_INTERVAL).draw_style(cm.GraphDrawStyle.BARS).fill_opacity(60).line_width(1)
     return panel.draw_style(cm.GraphDrawStyle.LINE).fill_opacity(10).line_width(1).show_points(
         cm.VisibilityMode.NEVER
     )
@@ -393,6 +401,29 @@ def dispatch() -> db.Dashboard:
                 w=8,
             )
         )
+        .with_panel(
+            timeseries_panel(
+                5,
+                "KV store reads waiting for their keys (p50, p95, max)",
+                "How long reads of the supervisor's KV store (ctx.kv.get/get_many with a wait) waited for "
+                "their keys: the driver's and the workers' hand-offs. A growing wait means a writer is late.",
+                "s",
+                quantile_targets("supervisor_kv_wait_seconds", "job", "{{supervisor}}", DISTRIBUTION_QUANTILES, group=False),
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                6,
+                "KV store waits and wake-ups",
+                "Rate of finished KV waits, and of the times a blocked read woke to look again (a put, or its "
+                "long poll renewed). Many wake-ups per wait: readers poll keys that keep changing.",
+                "ops",
+                [
+                    target(f"sum by (supervisor) ({rate('supervisor_kv_wait_seconds_count')})", "{{supervisor}} waits"),
+                    target(f"sum by (supervisor) ({rate('supervisor_kv_wait_wakeups_total')})", "{{supervisor}} wake-ups", "B"),
+                ],
+            )
+        )
     )
 
 
@@ -417,12 +448,12 @@ def placement() -> db.Dashboard:
             timeseries_panel(
                 2,
                 "Placement drift events by group",
-                "Replacements that landed on another node, per group, counted per interval.",
+                "Replacements that landed on another node, per group, counted per bar's interval.",
                 "short",
                 [
                     target(
                         "sum by (supervisor, group) "
-                        f"({rate('supervisor_placement_drift_events_total', group=True, fn='increase')})",
+                        f"({per_interval('supervisor_placement_drift_events_total', group=True)})",
                         "{{supervisor}}/{{group}}",
                     )
                 ],
@@ -499,12 +530,12 @@ def recovery() -> db.Dashboard:
             timeseries_panel(
                 3,
                 "Worker restarts by group and reason",
-                "Workers replaced per interval, by group and reason (died, hung, node_lost, init_failed).",
+                "Workers replaced per bar's interval, by group and reason (died, hung, node_lost, init_failed).",
                 "short",
                 [
                     target(
                         "sum by (supervisor, group, reason) "
-                        f"({rate('supervisor_worker_restarts_total', group=True, fn='increase')})",
+                        f"({per_interval('supervisor_worker_restarts_total', group=True)})",
                         "{{supervisor}}/{{group}} {{reason}}",
                     )
                 ],
@@ -524,6 +555,39 @@ def recovery() -> db.Dashboard:
                         sum_by("supervisor, group, state", sel("supervisor_workers", 'state=~"restarting|initializing|failed"', group=True)),
                         "{{supervisor}}/{{group}} {{state}}",
                     )
+                ],
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                5,
+                "Restart budget used by group",
+                "Restarts within each group's restart window as a share of its max_restarts. At 100% the next "
+                "failure makes the group FAILED: the daemon tears the job down and exits 1. Restarts leave the "
+                "share as they age out of the window.",
+                "percentunit",
+                [
+                    target(
+                        f"sum by (supervisor, group) ({sel('supervisor_restarts_in_window', group=True)})"
+                        " / "
+                        f"sum by (supervisor, group) ({sel('supervisor_max_restarts', group=True)})",
+                        "{{supervisor}}/{{group}}",
+                    )
+                ],
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                6,
+                "Standbys by group: ready, starting and wanted",
+                "Pre-started standby actors of each group (they take over failed ranks without a cold "
+                "start): ready, still starting, and how many the spec wants. Ready below wanted for long "
+                "means the pool lacks free spare bundles, or standbys keep failing (see the standby_failed "
+                "log events).",
+                "short",
+                [
+                    target(sum_by("supervisor, group, state", sel("supervisor_standby_workers", group=True)), "{{supervisor}}/{{group}} {{state}}"),
+                    target(sum_by("supervisor, group", sel("supervisor_standbys_wanted", group=True)), "{{supervisor}}/{{group}} wanted", "B"),
                 ],
             )
         )

@@ -40,6 +40,9 @@ def traffic(ctx: DriverContext) -> None:
     fail_every = int(ctx.args.get("fail_every", 5))
     step = 0
     while not ctx.stop_requested.wait(float(ctx.args.get("interval_s", 0.1))):
+        if ctx.kv is not None and step % fail_every == 0:  # a KV read that waits for its key (the wait metrics)
+            ctx.kv.put("traffic_step", step, namespace="traffic")
+            ctx.kv.get("traffic_step", timeout_s=10, namespace="traffic")
         try:
             group.add(1)
             if step % fail_every == 0:

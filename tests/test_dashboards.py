@@ -31,8 +31,6 @@ GROUP_QUERY = 'label_values(supervisor_workers{job=~"$job", instance=~"$instance
 RATE_FUNCTIONS = {"rate", "irate", "increase"}
 COUNTER_FUNCTIONS = RATE_FUNCTIONS
 COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
-# Metrics that exist in code but that nothing produces yet: a panel on them would stay empty.
-UNPRODUCED = {"supervisor_kv_wait_seconds"}
 
 BUILT = generate.build_all()
 UIDS = sorted(BUILT)
@@ -339,11 +337,23 @@ def check_promql_parses(dash: dict) -> list[str]:
     return problems
 
 
+def _is_bars(panel: dict) -> bool:
+    return panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {}).get("drawStyle") == "bars"
+
+
 def check_rate_interval(dash: dict) -> list[str]:
+    """Rates over ``$__rate_interval``; bars (a count per bar) ``increase`` over their own ``$__interval``,
+    with a minimum interval, so neighbouring bars do not count the same events twice."""
     problems = []
     for panel, target, query in parsed(dash):
         for sel in query.selectors:
-            if sel.innermost in RATE_FUNCTIONS and sel.range != "$__rate_interval":
+            if _is_bars(panel) and sel.innermost in RATE_FUNCTIONS:
+                if (sel.innermost, sel.range) != ("increase", "$__interval") or not panel.get("interval"):
+                    problems.append(
+                        f"{where(panel, target)}: a bar counts its own interval: increase({sel.metric}[$__interval]) "
+                        f"with a minimum interval, not {sel.innermost}([{sel.range}])"
+                    )
+            elif sel.innermost in RATE_FUNCTIONS and sel.range != "$__rate_interval":
                 problems.append(
                     f"{where(panel, target)}: {sel.innermost}({sel.metric}[{sel.range}]) "
                     "must use [$__rate_interval]"
@@ -500,8 +510,6 @@ DEFINITIONS = _metric_definitions()
 def _produced_series() -> set[str]:
     series = {"up"}
     for name, (kind, _labels) in DEFINITIONS.items():
-        if name in UNPRODUCED:
-            continue
         if kind == "counter":
             series.add(f"{name}_total")
         elif kind == "histogram":
@@ -597,7 +605,7 @@ def test_the_metric_table_is_read():
     assert DEFINITIONS["supervisor_workers"] == ("gauge", ("group", "state"))
     assert DEFINITIONS["supervisor_dispatch_duration_seconds"][0] == "histogram"
     assert "supervisor_worker_restarts_total" in PRODUCED_SERIES
-    assert "supervisor_kv_wait_seconds_count" not in PRODUCED_SERIES
+    assert "supervisor_pool_bundles_count" not in PRODUCED_SERIES  # a gauge has no _count series
     assert {"supervisor_workers", "supervisor_recovery_seconds"} <= GROUP_METRICS
     assert "supervisor_pool_bundles" not in GROUP_METRICS
 
@@ -679,6 +687,11 @@ def _break_rate_interval(dash):
     target["expr"] = target["expr"].replace("[$__rate_interval]", "[5m]")
 
 
+def _break_bar_interval(dash):
+    target = _first_target(dash, "[$__interval]")
+    target["expr"] = target["expr"].replace("[$__interval]", "[$__rate_interval]")
+
+
 def _break_counter(dash):
     target = _first_target(dash, "_total")
     target["expr"] = 'sum by (supervisor, group) (supervisor_worker_restarts_total{job=~"$job", instance=~"$instance", group=~"$group"})'
@@ -741,7 +754,7 @@ def _break_value_filter(dash):
 
 def _break_unproduced_metric(dash):
     target = _first_target(dash, "rate(")
-    target["expr"] = 'sum(rate(supervisor_kv_wait_seconds_count{job=~"$job", instance=~"$instance"}[$__rate_interval]))'
+    target["expr"] = 'sum(rate(supervisor_pool_bundles_count{job=~"$job", instance=~"$instance"}[$__rate_interval]))'
 
 
 def _break_misspelled_metric(dash):
@@ -763,6 +776,7 @@ BREAKAGES = [
     ("group_variable", "ray-supervisor-recovery", _break_group_variable),
     ("promql_parses", "ray-supervisor-overview", _break_promql),
     ("rate_interval", "ray-supervisor-dispatch", _break_rate_interval),
+    ("rate_interval", "ray-supervisor-recovery", _break_bar_interval),
     ("counters_in_rate", "ray-supervisor-overview", _break_counter),
     ("counters_in_rate", "ray-supervisor-recovery", _break_histogram_count),
     ("panel_metadata", "ray-supervisor-overview", _break_description),

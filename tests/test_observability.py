@@ -203,6 +203,7 @@ def test_every_design_metric_is_exported_and_promtool_accepts_the_exposition(scr
         "supervisor_pool_bundles", "supervisor_init_attempts_total", "supervisor_workers", "supervisor_worker_restarts_total",
         "supervisor_failure_detection_seconds", "supervisor_recovery_seconds", "supervisor_placement_drift_workers",
         "supervisor_placement_drift_events_total", "supervisor_kv_wait_seconds", "supervisor_build_info",
+        "supervisor_restarts_in_window", "supervisor_max_restarts",
     }  # fmt: skip
     assert {n.removesuffix("_total") for n in design} <= {n.removesuffix("_total") for n in names}
     assert "_created" not in exposition
@@ -231,6 +232,9 @@ def test_the_kill_and_the_drift_are_in_prometheus(scraped):
     assert _prom_value(prom, f'supervisor_dispatch_failures_total{{{sel},method="fail",reason="raised"}}') >= 1
     assert _prom_value(prom, f'supervisor_workers{{{sel},state="running"}}') == 2
     assert _prom_value(prom, f'supervisor_pool_bundles{{job="{JOB}",pool="sv-obs.p",state="placed"}}') == 2
+    # The restart budget: every restart so far is within the (default 600 s) window, of 10 allowed.
+    _wait(lambda: _prom_value(prom, f"supervisor_restarts_in_window{{{sel}}}") >= 3, "the budget's use scraped", 60)
+    assert _prom_value(prom, f"supervisor_max_restarts{{{sel}}}") == 10
 
 
 def test_every_dashboard_query_returns_data(scraped):
@@ -319,7 +323,8 @@ def test_a_removed_group_or_pool_leaves_no_series_and_the_others_keep_theirs():
         hooks.on_worker_recovered(group, 1, recovery_s=3.0)
         hooks.on_placement_drift(group, 1, "n1", "n2")
         hooks.on_drift_state(group, 1)
-        hooks.on_standby_state(group, ready=1, starting=0)
+        hooks.on_standby_state(group, ready=1, starting=0, wanted=1)
+        hooks.on_restart_budget(group, in_window=1, max_restarts=10)
     for pool in ("p", "q"):
         hooks.on_resource_wait_done(pool, 1.5, "ready")
         hooks.on_pool_bundles(pool, placed=2, pending=0)
@@ -327,7 +332,7 @@ def test_a_removed_group_or_pool_leaves_no_series_and_the_others_keep_theirs():
         "supervisor_dispatch_duration_seconds", "supervisor_dispatch_failures", "supervisor_init_attempts",
         "supervisor_workers", "supervisor_worker_restarts", "supervisor_failure_detection_seconds",
         "supervisor_recovery_seconds", "supervisor_placement_drift_workers", "supervisor_placement_drift_events",
-        "supervisor_standby_workers",
+        "supervisor_standby_workers", "supervisor_standbys_wanted", "supervisor_restarts_in_window", "supervisor_max_restarts",
     }  # fmt: skip
     pool_families = {"supervisor_resource_wait_seconds", "supervisor_pool_bundles"}
     before = _series_by_family("group")

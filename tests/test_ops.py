@@ -36,6 +36,8 @@ EXPORTED: dict[str, tuple[str, dict[str, tuple[str, ...] | None]]] = {
     "supervisor_recovery_seconds": ("histogram", {"group": None}),
     "supervisor_placement_drift_workers": ("gauge", {"group": None}),
     "supervisor_placement_drift_events_total": ("counter", {"group": None}),
+    "supervisor_restarts_in_window": ("gauge", {"group": None}),
+    "supervisor_max_restarts": ("gauge", {"group": None}),
     "supervisor_build_info": ("gauge", {"version": None, "ray_version": None}),
 }
 # Labels Prometheus adds to every scraped series.
@@ -145,7 +147,7 @@ def test_alerts_are_the_expected_ones_with_for_severity_and_annotations() -> Non
     names = [r["alert"] for r in rules]
     assert len(names) == len(set(names)), names
     for expected in (
-        "SupervisorRestartStorm", "SupervisorGroupFailed", "SupervisorPlacementDrift", "SupervisorDispatchStalled",
+        "SupervisorRestartStorm", "SupervisorRestartBudgetLow", "SupervisorGroupFailed", "SupervisorPlacementDrift", "SupervisorDispatchStalled",
         "SupervisorResourceWaitTooLong", "SupervisorDown",
     ):
         assert expected in names

@@ -69,8 +69,12 @@ class LifecycleHooks:
     def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
         """A pool's bundles: placed on a node, or pending (waiting, or being re-placed after a node loss)."""
 
-    def on_standby_state(self, group: str, ready: int, starting: int) -> None:
-        """A group's standbys: constructed and ready to take over, or still starting."""
+    def on_standby_state(self, group: str, ready: int, starting: int, wanted: int) -> None:
+        """A group's standbys: constructed and ready to take over, or still starting, of ``wanted``."""
+
+    def on_restart_budget(self, group: str, in_window: int, max_restarts: int) -> None:
+        """Restarts within the group's window, of the ``max_restarts`` allowed (at every change,
+        including restarts ageing out of the window)."""
 
     def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
         """A standby died, or its constructor raised (it is dropped and another one started)."""
@@ -142,9 +146,14 @@ class ObservingHooks(LifecycleHooks):
         metrics.POOL_BUNDLES.labels(pool=pool, state="placed").set(placed)
         metrics.POOL_BUNDLES.labels(pool=pool, state="pending").set(pending)
 
-    def on_standby_state(self, group: str, ready: int, starting: int) -> None:
+    def on_standby_state(self, group: str, ready: int, starting: int, wanted: int) -> None:
         metrics.STANDBY_WORKERS.labels(group=group, state="ready").set(ready)
         metrics.STANDBY_WORKERS.labels(group=group, state="starting").set(starting)
+        metrics.STANDBYS_WANTED.labels(group=group).set(wanted)
+
+    def on_restart_budget(self, group: str, in_window: int, max_restarts: int) -> None:
+        metrics.RESTARTS_IN_WINDOW.labels(group=group).set(in_window)
+        metrics.MAX_RESTARTS.labels(group=group).set(max_restarts)
 
     def on_standby_failed(self, group: str, actor: str, detail: str) -> None:
         log.warning("standby_failed", group=group, actor=actor, detail=detail)

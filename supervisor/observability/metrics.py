@@ -33,6 +33,9 @@ __all__ = [
     "PLACEMENT_DRIFT_WORKERS",
     "PLACEMENT_DRIFT_EVENTS",
     "STANDBY_WORKERS",
+    "STANDBYS_WANTED",
+    "RESTARTS_IN_WINDOW",
+    "MAX_RESTARTS",
     "KV_WAIT",
     "KV_WAIT_WAKEUPS",
     "BUILD_INFO",
@@ -97,6 +100,19 @@ PLACEMENT_DRIFT_EVENTS = Counter(
 STANDBY_WORKERS = Gauge(
     "supervisor_standby_workers", "Pre-started standby actors of a group: ready, or starting.",
     ["group", "state"], registry=REGISTRY,
+)
+STANDBYS_WANTED = Gauge(
+    "supervisor_standbys_wanted", "Standby actors a group is configured to keep (its spec's standbys).",
+    ["group"], registry=REGISTRY,
+)
+RESTARTS_IN_WINDOW = Gauge(
+    "supervisor_restarts_in_window",
+    "Restarts of a group within its restart window: what counts against max_restarts.",
+    ["group"], registry=REGISTRY,
+)
+MAX_RESTARTS = Gauge(
+    "supervisor_max_restarts", "A group's restart budget: restarts allowed within its restart window.",
+    ["group"], registry=REGISTRY,
 )
 KV_WAIT = Histogram(
     "supervisor_kv_wait_seconds", "Time a KV read waited for its key.", buckets=LATENCY_BUCKETS, registry=REGISTRY,

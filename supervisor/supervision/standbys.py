@@ -161,6 +161,6 @@ class StandbyKeeper:
         self.publish()
 
     def publish(self) -> None:
-        if self.enabled:
-            ready, starting = self.counts()
-            self.hooks.on_standby_state(self.group.name, ready, starting)
+        # Also for a group without standbys (0 of 0): its panels show that rather than no data.
+        ready, starting = self.counts()
+        self.hooks.on_standby_state(self.group.name, ready, starting, self.config.standbys)

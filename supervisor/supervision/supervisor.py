@@ -44,7 +44,7 @@ from .reconcile import (
     initial_state,
 )
 from .recovery import BundleWaiter, InitTask, ReplacementTask, TaskRunner
-from .restart_policy import FailureReason, RestartRecord
+from .restart_policy import FailureReason, RestartRecord, restarts_in_window
 from .standbys import StandbyKeeper
 from .states import GroupState, RankStatus, WorkerState
 
@@ -105,6 +105,7 @@ class GroupSupervisor:
         ] = {}  # rank -> (detected, died wall-clock) of its failure
         self._reserved: dict[int, BundleRef] = {}  # rank -> spare bundle its replacement in flight goes to
         self._wake_at: float | None = None
+        self._published_budget: tuple[int, int] | None = None  # (in window, allowed) the hooks last got
         self._tasks = TaskRunner(group.name, self._task_finished)
         self._bundles = BundleWaiter(group, self.config, self._tasks, self._report_bundle_wait)
         self._detector = Detector(group, self.config, clock, self._running_generations, self._node_of)
@@ -155,9 +156,11 @@ class GroupSupervisor:
         self.group.supervisor = self
         self.group.on_rendezvous_picked = lambda rendezvous: self.hooks.on_supervision_changed(self.group.name)
         self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
+        self.standby.publish()
         for status in self.gate.ranks:
             self._detector.watch(status.rank, status.generation)
         self._publish_worker_states(self._loop)
+        self._publish_budget()
         self.hooks.on_drift_state(
             self.group.name, sum(1 for p in self.drift() if p.drifted)
         )  # an adopted group may start drifted
@@ -203,6 +206,7 @@ class GroupSupervisor:
             state = self._loop
         plan = decide(state, observations, self.config, self.clock())
         self._execute(plan, observations)
+        self._publish_budget()
         if not plan.state.group.is_terminal:
             try:
                 self.standby.tend(starting_allowed=plan.state.group is GroupState.RUNNING)
@@ -413,6 +417,15 @@ class GroupSupervisor:
         self._tasks.stopping.set()
         self.hooks.on_group_failed(self.group.name, str(error))
         self._publish_worker_states(self._loop, failed_group=True)
+
+    def _publish_budget(self) -> None:
+        # Every pass, since restarts also leave the window as time passes; the hook only on a change.
+        policy = self.config.restart
+        with self.gate.cond:
+            budget = (restarts_in_window(self._loop.history, policy, self.clock()), policy.max_restarts)
+        if budget != self._published_budget:
+            self._published_budget = budget
+            self.hooks.on_restart_budget(self.group.name, *budget)
 
     def _publish_worker_states(self, state: LoopState, failed_group: bool = False) -> None:
         counts = {s.value: 0 for s in WorkerState}
