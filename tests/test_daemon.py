@@ -337,6 +337,18 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], warnings.stdout
     assert [ln.split()[1:4] for ln in lines[1:]] == [["Warning", "WorkerFailed", "group/counters/2"]], warnings.stdout
     assert cli("events", name, "--since", "ten minutes", "--address", cluster.address).returncode == 2
+    # The rank's log: its current actor's, and with --previous the one that was killed.
+    current = cli("logs", name, "counters", "2", "--address", cluster.address)
+    (row,) = [ln.split() for ln in wide.stdout.splitlines() if re.match(r"^\s+2\s+running\s", ln)][:1]
+    assert current.returncode == 0 and current.stdout.splitlines() == [f"counter worker of rank 2 up, pid {row[5]}"], (current.stdout, current.stderr)
+    before = cli("logs", name, "counters", "2", "--previous", "--err", "--address", cluster.address)
+    assert before.returncode == 0 and before.stdout.splitlines()[-1] == "counter worker of rank 2: stderr", (before.stdout, before.stderr)
+    earlier = cli("logs", name, "counters", "2", "-p", "--tail", "1", "--address", cluster.address).stdout.strip()
+    assert earlier.startswith("counter worker of rank 2 up, pid ") and earlier != current.stdout.strip()
+    missing = cli("logs", name, "counters", "9", "--address", cluster.address)
+    assert missing.returncode == 1 and missing.stderr.strip() == f"Error: group counters of supervisor {name} has ranks 0..3, not 9"
+    none = cli("logs", name, "counters", "0", "-p", "--address", cluster.address)
+    assert none.returncode == 1 and "has no earlier actor (it was never replaced)" in none.stderr
 
     stopped = cli("stop", name, "--address", cluster.address)
     assert stopped.returncode == 0 and f"supervisor {name} stopped" in stopped.stdout, stopped.stderr
@@ -348,6 +360,18 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert after[-1]["message"] == "torn down (supervisor stop)"
     events = [e["event"] for e in daemon.events()]
     assert events.index("teardown_started") < events.index("pool_torn_down") < events.index("supervisor_stopped")
+
+
+def test_a_log_neither_on_this_machine_nor_served_by_a_dashboard_is_one_clear_line(cluster):
+    from supervisor.cli.logs import LogStream, LogsUnavailableError, RankActor, read_log
+
+    # This module's cluster runs without a dashboard (Ray's log API); the node is not one of this machine's.
+    elsewhere = RankActor("counters_CounterWorker_0:0", "00" * 16, 4321, "ff" * 28, True)
+    with pytest.raises(LogsUnavailableError) as info:
+        list(read_log(elsewhere, LogStream.OUT, None, follow=False))
+    message = str(info.value)
+    assert message.startswith("the log of counters_CounterWorker_0:0 (node ffffffffffff) is not on this machine, and Ray's log API did not answer (")
+    assert message.endswith("): it needs the cluster's dashboard (ray start --head --include-dashboard=true)") and "\n" not in message
 
 
 def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 from supervisor import Dispatch, Execute, Worker, make_nd_compute_dataproto_dispatch_fn, register
 
@@ -14,6 +15,9 @@ class CounterWorker(Worker):
     def __init__(self, offset: int = 0) -> None:
         super().__init__()
         self.value = self.rank + offset
+        # One line on each stream, for `supervisor logs` to find (stdout, and --err).
+        print(f"counter worker of rank {self.rank} up, pid {os.getpid()}", flush=True)
+        print(f"counter worker of rank {self.rank}: stderr", file=sys.stderr, flush=True)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def add(self, n: int) -> int:

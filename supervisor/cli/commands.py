@@ -365,6 +365,30 @@ def export_assets(bundle: str, directory: Path, force: bool) -> None:
         click.echo(f"{unchanged} file(s) in {directory} already up to date")
 
 
+@main.command()
+@click.argument("name")
+@click.argument("group")
+@click.argument("rank", type=click.IntRange(min=0))
+@_ADDRESS
+@click.option("--err", "stderr", is_flag=True, help="The actor's stderr (logging, tracebacks) instead of its stdout.")
+@click.option("-p", "--previous", is_flag=True, help="The rank's previous actor: the last one that died (its last words).")
+@click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines (default: all).")
+@click.option("-f", "--follow", is_flag=True, help="Then print new lines as they come, until Ctrl-C.")
+def logs(name: str, group: str, rank: int, address: str | None, stderr: bool, previous: bool, tail: int | None, follow: bool) -> None:
+    """Print the log of rank RANK of group GROUP of supervisor NAME: its actor's stdout (or --err), the
+    current actor's or with --previous the one it replaced. Read from the node's files when the node
+    runs on this machine, else through Ray's log API (which needs the cluster's dashboard)."""
+    from .logs import LogStream, LogsUnavailableError, find_rank_actor, read_log
+
+    with _connected(address), contextlib.suppress(*((KeyboardInterrupt,) if follow else ())):
+        try:
+            actor = find_rank_actor(name, group, rank, previous)
+            for line in read_log(actor, LogStream.ERR if stderr else LogStream.OUT, tail, follow and not previous):
+                click.echo(line)
+        except LogsUnavailableError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
 @main.command(name="list")
 @_ADDRESS
 @_JSON

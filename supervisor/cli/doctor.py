@@ -228,7 +228,8 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
                 Finding(
                     FindingKind.INIT_FAILING, f"{record.name}/{group} rank {rank}",
                     f"init {failure.reason.removeprefix('init_')}: {failure.detail}",
-                    "read the rank's log (ray logs) for the traceback; raise init_timeout_s if it is slow, not stuck",
+                    f"read the rank's log for the traceback: `supervisor logs {record.name} {group} {rank} --err` (add -p for the "
+                    "actor it replaced); raise init_timeout_s if it is slow, not stuck",
                 )  # fmt: skip
             )
         for group in record.groups.values():
@@ -238,7 +239,8 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
                     Finding(
                         FindingKind.RESTARTS, f"{record.name}/{group.name}",
                         f"{n} restart(s) in the last {group.restart_window_s:g}s (budget {group.max_restarts})",
-                        "see `supervisor status` for the reasons; repeated ones point at the workers' code or a bad node",
+                        f"see `supervisor events {record.name} --group {group.name} --warnings` for the reasons; repeated "
+                        "ones point at the workers' code or a bad node",
                     )  # fmt: skip
                 )
             ready = sum(1 for sb in group.standbys if sb.node_id)
