@@ -22,7 +22,7 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
-    from . import data, decision, dispatch, fencing, recovery, scale, standby_recovery
+    from . import daemon_scale, data, decision, dispatch, fencing, goodput, recovery, scale, standby_recovery
 
     return {
         "dispatch": lambda: dispatch.run(reps=30 if quick else 300),
@@ -32,7 +32,14 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "scale": lambda: scale.run(rounds=1 if quick else 2, idle_s=5 if quick else 30),
         "decision": lambda: decision.run(reps=20 if quick else 200),
         "fencing": lambda: fencing.run(reps=30 if quick else 300),
+        "daemon_scale": lambda: daemon_scale.run(reps=20 if quick else 100),
+        "goodput": lambda: goodput.run(fault_free_s=15 if quick else 60, faulty_s=30 if quick else 120, plot=not quick),
     }
+
+
+# Benchmarks with a section of their own in RESULTS.md (a table and a figure) rather than rows of the
+# main table; `--only NAME` rewrites just that section.
+SECTIONS = {"goodput": ("Goodput under faults", "goodput.png", "Steps over time under faults")}
 
 
 def _fmt(row: Row) -> list[str]:
@@ -65,6 +72,34 @@ def render(rows: list[Row], elapsed_s: float, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_section(name: str, rows: list[Row], elapsed_s: float, command: str) -> str:
+    """A benchmark's own section of RESULTS.md, between markers that `--only NAME` replaces."""
+    title, figure, caption = SECTIONS[name]
+    head = ["benchmark", "case", "ours", "reference", "ratio", "goal"]
+    lines = [
+        f"<!-- {name} -->",
+        f"## {title}",
+        "",
+        f"`{command}` on {datetime.date.today().isoformat()} ({elapsed_s / 60:.1f} min), same machine.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(_fmt(row)) + " |" for row in rows),
+        "",
+        f"![{caption}]({figure})",
+        f"<!-- /{name} -->",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def splice_section(text: str, name: str, section: str) -> str:
+    """``text`` with the section of ``name`` replaced by ``section`` (appended when it has none)."""
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->\n"
+    if start in text and end in text:
+        return text[: text.index(start)] + section + text[text.index(end) + len(end) :]
+    return text.rstrip("\n") + "\n\n" + section
+
+
 def _cores() -> int:
     import os
 
@@ -87,19 +122,28 @@ def main(argv: list[str] | None = None) -> int:
     names = args.only or list(benchmarks)
     started = time.monotonic()
     rows: list[Row] = []
+    sections: dict[str, tuple[list[Row], float]] = {}
     for name in names:
         print(f"== {name}", flush=True)
+        began = time.monotonic()
         # Each in its own process: clusters, actor classes and memory do not leak into the next one.
         code = subprocess.call([sys.executable, "-c", f"import bench.__main__ as m; m._one({name!r}, {args.quick!r})"])
         if code != 0:
             print(f"benchmark {name} failed with exit code {code}", flush=True)
             return 1
-        rows += _load(name)
+        if name in SECTIONS:
+            sections[name] = (_load(name), time.monotonic() - began)
+        else:
+            rows += _load(name)
     elapsed = time.monotonic() - started
     command = "python -m bench" + (" --quick" if args.quick else "") + (f" --only {' '.join(names)}" if args.only else "")
-    text = render(rows, elapsed, command)
+    sections_only = bool(args.only) and set(names) <= set(SECTIONS)
+    # A run of sections only rewrites them in the RESULTS.md there is; any other run renders the table.
+    text = (RESULTS.read_text() if RESULTS.exists() else "") if sections_only else render(rows, elapsed, command)
+    for name, (section_rows, section_s) in sections.items():
+        text = splice_section(text, name, render_section(name, section_rows, section_s, command))
     print(text)
-    if not args.quick and not args.only:
+    if not args.quick and (sections_only or not args.only):
         RESULTS.write_text(text)
         print(f"written to {RESULTS}")
     return 0

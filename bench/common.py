@@ -44,7 +44,7 @@ class Stat:
         return cls(statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], len(ordered))
 
     def show(self, unit: str = "ms") -> str:
-        scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "%": 100.0}[unit]
+        scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "%": 100.0, "steps/min": 1.0, "KiB": 1 / 1024}[unit]
         return f"{_num(self.median * scale)} {unit} (p95 {_num(self.p95 * scale)})"
 
 
@@ -62,7 +62,7 @@ class Row:
     ours: Stat
     reference: str
     ref: Stat | None
-    goal: str = ""  # e.g. "<= 1.10x"
+    goal: str = ""  # e.g. "<= 1.10x" (ours / reference at most), ">= 0.95x" (at least)
     unit: str = "ms"
 
     @property
@@ -75,7 +75,7 @@ class Row:
             return None
         op, value = self.goal.split()
         bound = float(value.rstrip("x"))
-        return self.ratio <= bound if op == "<=" else self.ratio < bound
+        return {"<=": self.ratio <= bound, "<": self.ratio < bound, ">=": self.ratio >= bound}[op]
 
 
 def measure(fn: Callable[[], Any], reps: int, warmup: int = 3) -> list[float]:

@@ -18,15 +18,21 @@ spec, with or without failures: a chaos run can be compared with a clean one ste
 * ``target_token`` (7): the token the reward counts (see :mod:`.reward`);
 * ``data_seed`` (0): seed of the prompt stream;
 * ``step_interval_s`` (0): pause between steps, so a chaos test can act mid-run;
-* ``rollout_group`` ("rollout"), ``reference_group`` ("reference"): the group names in the spec.
+* ``rollout_group`` ("rollout"), ``reference_group`` ("reference"): the group names in the spec;
+* ``checkpoint_path`` (none): a file the driver writes the next step to after every step, and resumes
+  from at start, the way a checkpoint-restart job (verl's answer to a failure) carries its progress
+  from one job to the next: ``bench/goodput.py`` compares that with supervision.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import json
+import os
 import time
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +45,7 @@ from .reward import score
 if TYPE_CHECKING:
     from supervisor import DriverContext, WorkerGroup
 
-__all__ = ["DriverArgs", "UidMismatch", "main", "make_prompts", "check_uids"]
+__all__ = ["DriverArgs", "UidMismatch", "main", "make_prompts", "check_uids", "read_checkpoint", "write_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class DriverArgs:
     step_interval_s: float = 0.0
     rollout_group: str = "rollout"
     reference_group: str = "reference"
+    checkpoint_path: str = ""
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> DriverArgs:
@@ -140,6 +147,20 @@ def _model_info(group: WorkerGroup, role: str) -> dict[str, Any]:
     return shared[0]
 
 
+def read_checkpoint(path: Path | None) -> int:
+    """The next step a checkpoint file holds (0 when there is none yet)."""
+    if path is None or not path.exists():
+        return 0
+    return int(json.loads(path.read_text())["step"])
+
+
+def write_checkpoint(path: Path, step: int) -> None:
+    """Write the next step atomically: a reader (or the next job) never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"step": step, "time": time.time()}))
+    os.replace(tmp, path)
+
+
 def run_step(step: int, args: DriverArgs, rollout: WorkerGroup, reference: WorkerGroup, vocab_size: int) -> dict[str, Any]:
     """One step: prompts -> rollout -> reference log-probs -> reward, with every invariant checked.
 
@@ -209,7 +230,8 @@ def main(ctx: DriverContext) -> None:
     if args.target_token >= policy["vocab_size"]:
         raise ValueError(f"driver.args.target_token {args.target_token} is outside the vocabulary ({policy['vocab_size']})")
 
-    start = int(ctx.progress.get("step", 0))
+    checkpoint = Path(args.checkpoint_path) if args.checkpoint_path else None
+    start = max(int(ctx.progress.get("step", 0)), read_checkpoint(checkpoint))
     log.info(
         "rlhf_start",
         start_step=start,
@@ -239,6 +261,8 @@ def main(ctx: DriverContext) -> None:
         step_times.append(record["step_s"])
         log.info("rlhf_step", **record)
         ctx.save_progress({"step": step + 1, "steps": args.steps, "rollout_digest": record["rollout_digest"]})
+        if checkpoint is not None:
+            write_checkpoint(checkpoint, step + 1)
         if args.step_interval_s and step + 1 < args.steps:
             ctx.stop_requested.wait(args.step_interval_s)  # wakes at once on a stop request
     log.info("rlhf_done", **summary())

@@ -9,6 +9,7 @@ non-blocking one) and failures are recorded in ``supervisor_dispatch_duration_se
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 from ..errors import DispatchError, GroupFailedError
 from ..observability.metrics import DispatchFailure, observe_dispatch
 from .decorator import MethodSpec, get_method_spec
-from .dispatch import PADDING_SIZE_KEY, resolve_dispatch_fns
+from .dispatch import CONCATENATING_COLLECTS, PADDING_SIZE_KEY, resolve_dispatch_fns
 from .modes import Dispatch, Execute
+from .protocol import receiving_views
 
 __all__ = ["BoundGroupMethod", "registered_methods", "bind_registered_methods", "func_generator"]
 
@@ -75,6 +77,9 @@ class BoundGroupMethod:
         self.remote_name = remote_name or method_name
         self.__name__ = method_name
         self._dispatch_fn, self._collect_fn = resolve_dispatch_fns(spec.dispatch_mode)
+        # A collect that concatenates the ranks' DataProtos copies them into new memory anyway: the
+        # parts may arrive as read-only views of the object store, saving a copy of every result.
+        self._results_as_views = self._collect_fn in CONCATENATING_COLLECTS
         # RANK_ZERO dispatch means "call rank 0 with these arguments", whatever the execute mode says.
         self._rank_zero = spec.execute_mode is Execute.RANK_ZERO or spec.dispatch_mode is Dispatch.RANK_ZERO
         self._execute: Callable[..., Any] = group.execute_rank_zero if self._rank_zero else group.execute_all
@@ -96,16 +101,19 @@ class BoundGroupMethod:
         except DispatchError as exc:
             raise DispatchError(f"{self.group.name_prefix}.{self.method_name}: {exc}") from None
         pad_size = kwargs.pop(PADDING_SIZE_KEY, 0)
+        if self.spec.read_only:
+            args, kwargs = _for_read_only_receivers(args, kwargs)
         supervisor = self.group.supervisor
-        if supervisor is not None and self.spec.blocking:
-            output = self._run_supervised(supervisor, args, kwargs)
-        else:
-            output = self._execute(self.remote_name, *args, **kwargs)
-            if self.spec.blocking:
-                import ray
+        with receiving_views() if self._results_as_views else contextlib.nullcontext():
+            if supervisor is not None and self.spec.blocking:
+                output = self._run_supervised(supervisor, args, kwargs)
+            else:
+                output = self._execute(self.remote_name, *args, **kwargs)
+                if self.spec.blocking:
+                    import ray
 
-                output = ray.get(output)
-        output = self._collect_fn(self.group, output)
+                    output = ray.get(output)
+            output = self._collect_fn(self.group, output)
         if pad_size:
             output = _strip_padding(output, pad_size)
         return output
@@ -123,6 +131,19 @@ class BoundGroupMethod:
 
     def __repr__(self) -> str:
         return f"<bound group method {self.group.name_prefix}.{self.method_name} ({self.spec.dispatch_mode})>"
+
+
+def _for_read_only_receivers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Mark the DataProto shards for ranks that will not write them (a dispatch gives a list per
+    argument, one item per rank)."""
+
+    def mark(value: Any) -> Any:
+        if isinstance(value, list):
+            return [mark(v) for v in value]
+        for_reader = getattr(value, "for_read_only_receiver", None)
+        return for_reader() if callable(for_reader) else value
+
+    return tuple(mark(a) for a in args), {k: mark(v) for k, v in kwargs.items()}
 
 
 def _dispatch_failure(exc: BaseException) -> DispatchFailure:

@@ -37,6 +37,8 @@ class MethodSpec:
             log-prob computation); a supervised group then re-runs a dead rank's shard by default.
         on_rank_failure: ``"retry"`` or ``"raise"``: what a supervised blocking call does when a rank
             dies while it runs (None: the group's setting, else retry when idempotent).
+        read_only: the method does not write the DataProtos it is given: their tensors arrive as
+            views of Ray's read-only shared memory, with no copy (writing to them is undefined).
     """
 
     dispatch_mode: Any
@@ -44,6 +46,7 @@ class MethodSpec:
     blocking: bool = True
     idempotent: bool = False
     on_rank_failure: str | None = None
+    read_only: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         # verl's three keys always; our extensions only when set, so a verl-style registration stores
@@ -53,6 +56,8 @@ class MethodSpec:
             attrs["idempotent"] = True
         if self.on_rank_failure is not None:
             attrs["on_rank_failure"] = self.on_rank_failure
+        if self.read_only:
+            attrs["read_only"] = True
         return attrs
 
 
@@ -108,6 +113,7 @@ def register(
     materialize_futures: bool = True,
     idempotent: bool = False,
     on_rank_failure: str | None = None,
+    read_only: bool = False,
 ) -> Callable[[F], F]:
     """Mark a worker method as callable through its :class:`~supervisor.core.group.WorkerGroup`.
 
@@ -122,6 +128,8 @@ def register(
         materialize_futures: resolve DataProtoFuture arguments inside the worker before the call.
         idempotent: the method may safely run twice on the same shard (see :class:`MethodSpec`).
         on_rank_failure: ``"retry"`` or ``"raise"`` for calls in flight when a rank dies.
+        read_only: the method only reads its DataProto arguments: each rank gets its shard as
+            zero-copy views of the object store instead of a writable copy (see :class:`MethodSpec`).
 
     Raises:
         ValueError: ``dispatch_mode`` or ``execute_mode`` is not valid.
@@ -136,6 +144,7 @@ def register(
         blocking=blocking,
         idempotent=idempotent,
         on_rank_failure=on_rank_failure,
+        read_only=read_only,
     )
 
     def decorator(func: F) -> F:
@@ -174,4 +183,5 @@ def get_method_spec(method: Any) -> MethodSpec | None:
         blocking=attrs.get("blocking", True),
         idempotent=attrs.get("idempotent", False),
         on_rank_failure=attrs.get("on_rank_failure"),
+        read_only=attrs.get("read_only", False),
     )

@@ -22,6 +22,7 @@ from .modes import Dispatch, Execute
 __all__ = [
     "DISPATCH_MODE_FN_REGISTRY",
     "PADDING_SIZE_KEY",
+    "CONCATENATING_COLLECTS",
     "get_predefined_dispatch_fn",
     "get_predefined_execute_fn",
     "register_dispatch_mode",
@@ -198,6 +199,11 @@ def collect_dp_compute_data_proto(worker_group: Any, output: Any) -> Any:
     """Concatenate per-rank DataProtos; per-rank ObjectRefs (non-blocking calls) become a DataProtoFuture."""
     output = collect_dp_compute(worker_group, output)
     return _concat_data_protos(worker_group, output)
+
+
+# Collects whose result is a concatenation of the ranks' DataProtos, so new memory: the parts they
+# receive need not be writable copies of the object store's (see BoundGroupMethod).
+CONCATENATING_COLLECTS = frozenset({collect_dp_compute_data_proto})
 
 
 def _concat_data_protos(worker_group: Any, output: list[Any]) -> Any:

@@ -26,11 +26,13 @@ and also an ``AssertionError`` because verl reported the same conditions with ``
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import logging
 import os
 import pickle
 import reprlib
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -53,6 +55,7 @@ __all__ = [
     "DataProtoFuture",
     "DataProtoItem",
     "all_gather_data_proto",
+    "receiving_views",
     "collate_fn",
     "deserialize_single_tensor",
     "deserialize_tensordict",
@@ -352,13 +355,38 @@ def _encode_tensordict(td: TensorDictBase) -> dict[str, Any]:
     }
 
 
-def _decode_tensordict(state: dict[str, Any]) -> TensorDict:
+# Set while a receiver that promised not to write takes in DataProtos (see receiving_views): their
+# tensors stay views of the object store's read-only shared memory, instead of writable copies.
+_RECEIVE_VIEWS: contextvars.ContextVar[bool] = contextvars.ContextVar("receive_views", default=False)
+
+
+@contextlib.contextmanager
+def receiving_views() -> Iterator[None]:
+    """DataProtos unpickled inside keep their tensors as views of Ray's read-only shared memory (no
+    copy). For receivers that only read them, or copy them right away (a concatenation)."""
+    token = _RECEIVE_VIEWS.set(True)
+    try:
+        yield
+    finally:
+        _RECEIVE_VIEWS.reset(token)
+
+
+def _as_tensor(array: np.ndarray, views: bool) -> torch.Tensor:
+    if array.flags.writeable:
+        return torch.from_numpy(array)
+    if not views:
+        return torch.from_numpy(array.copy())  # read-only shared memory: the receiver gets its own copy
+    with warnings.catch_warnings():  # torch warns once that writing to it is undefined: the receiver promised not to
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+def _decode_tensordict(state: dict[str, Any], views: bool = False) -> TensorDict:
     entries: dict[str, Any] = {}
     for key, (kind, *payload) in state["entries"].items():
         if kind == "numpy":
             array, requires_grad = payload
-            # Arrays read from Ray's object store are read-only shared memory: never hand those out.
-            tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+            tensor = _as_tensor(array, views)
             if requires_grad:
                 tensor.requires_grad_(True)
             entries[key] = tensor
@@ -369,7 +397,7 @@ def _decode_tensordict(state: dict[str, Any]) -> TensorDict:
                 tensor.requires_grad_(True)
             entries[key] = tensor
         elif kind == "tensordict":
-            entries[key] = _decode_tensordict(payload[0])
+            entries[key] = _decode_tensordict(payload[0], views)
         else:
             entries[key] = payload[0]
     device = state["device"]
@@ -1458,17 +1486,29 @@ class DataProto:
         # unpickling does not depend on TensorDict internals. CPU tensors go as numpy
         # views (a chunk carries only its own rows, out of band under protocol 5); the
         # rest is moved to CPU and made compact, so a chunk never drags its parent's storage along.
-        return {
+        state = {
             "batch": None if self.batch is None else _encode_tensordict(self.batch),
             "non_tensor_batch": self.non_tensor_batch,
             "meta_info": self.meta_info,
         }
+        if getattr(self, "_read_only_receiver", False):
+            state["views"] = True
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         batch = state["batch"]
-        self.batch = None if batch is None else _decode_tensordict(batch)
+        views = bool(state.get("views")) or _RECEIVE_VIEWS.get()
+        self.batch = None if batch is None else _decode_tensordict(batch, views)
         self.non_tensor_batch = state["non_tensor_batch"]
         self.meta_info = state["meta_info"]
+
+    def for_read_only_receiver(self) -> DataProto:
+        """The same data, to send to a receiver that will not write it: it unpickles the tensors as
+        views of Ray's read-only shared memory instead of copying them (a method registered with
+        ``read_only=True`` gets its shards this way). Writing to them is undefined."""
+        shared = type(self)(batch=self.batch, non_tensor_batch=self.non_tensor_batch, meta_info=self.meta_info)
+        shared._read_only_receiver = True  # type: ignore[attr-defined]
+        return shared
 
     def save_to_disk(self, filepath: str | os.PathLike[str]) -> None:
         """Pickle to ``filepath``; :meth:`load_from_disk` reads it back."""
