@@ -45,7 +45,7 @@ $(VERL_SRC)/verl/protocol.py: | setup
 
 # Tests marked `verl` need the installed verl: they run in the second environment (test-verl), not here.
 test: setup tools verl-src
-	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q -m "not verl"
+	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q --durations=25 -m "not verl"
 	$(MAKE) test-tensordict-range
 	$(MAKE) test-verl
 
@@ -87,7 +87,7 @@ $(VERL_VENV)/.installed: pyproject.toml
 VERL_ENV_TESTS ?= tests/test_integration_verl.py tests/test_run_verl.py tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py tests/test_auth.py \
 	tests/test_security.py tests/test_fence.py tests/test_cli.py tests/test_observability.py
 test-verl: verl-env verl-src tools conformance
-	EXPECT_TENSORDICT=0.10.0 VERL_SRC=$(abspath $(VERL_SRC)) $(VBIN)/python -m pytest -q -p no:cacheprovider $(VERL_ENV_TESTS)
+	EXPECT_TENSORDICT=0.10.0 VERL_SRC=$(abspath $(VERL_SRC)) $(VBIN)/python -m pytest -q --durations=15 -p no:cacheprovider $(VERL_ENV_TESTS)
 
 # The protocol and the verl compat layer also hold with the oldest tensordict pyproject.toml allows (the
 # newest verl 0.9 allows, 0.10.0, is the second environment's: see test-verl). Each version is installed

@@ -51,14 +51,7 @@ class DaemonHooks(ObservingHooks):
         # Writes the record now: set by the job once it has one.
         self.persist: Callable[[], None] | None = None
 
-    def event(
-        self,
-        kind: EventKind,
-        message: str,
-        type: EventType = EventType.NORMAL,
-        group: str | None = None,
-        rank: int | None = None,
-    ) -> None:
+    def event(self, kind: EventKind, message: str, type: EventType = EventType.NORMAL, group: str | None = None, rank: int | None = None) -> None:
         self.events.add(kind, message, time=time.time(), type=type, group=group, rank=rank)
 
     def on_supervision_changed(self, group: str) -> None:
@@ -182,12 +175,10 @@ class Job:
                 record = self.record
                 record.heartbeat_at = time.time()
                 record.heartbeat_seq += 1
-                if record.state != (state or self.phase).value or self.hooks.events.added == 0:
-                    self.hooks.event(
-                        EventKind.DAEMON_STATE,
-                        f"{(state or self.phase).value} (pid {record.pid} on {record.host})",
-                    )
                 record.state = (state or self.phase).value
+                if record.state != self._announced_state:
+                    self.hooks.event(EventKind.DAEMON_STATE, f"{record.state} (pid {record.pid} on {record.host})")
+                    self._announced_state = record.state
                 record.failures = list(self.hooks.failures)
                 for m in self.groups:
                     record.groups[m.name] = group_record(m, record.groups.get(m.name))
