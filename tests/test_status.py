@@ -51,6 +51,25 @@ def test_record_round_trips_through_json():
     assert clone.groups["g"].ranks[1].drifted and not clone.groups["g"].ranks[0].drifted
 
 
+def test_a_large_record_is_stored_compressed_with_the_same_content():
+    import dataclasses
+    import json
+    import zlib
+
+    from bench.daemon_scale import simulated_record
+    from supervisor.daemon.record import COMPRESS_ABOVE_BYTES
+
+    small, large = record().to_json(), simulated_record("big", 1024, 128)
+    assert small.startswith(b"{") and len(small) < COMPRESS_ABOVE_BYTES  # a small record stays readable JSON
+    stored = large.to_json()
+    assert len(stored) < len(zlib.decompress(stored)) / 10
+    assert SupervisorRecord.from_json(stored) == large
+    rows = json.loads(zlib.decompress(stored))["groups"]["actor"]["ranks"]
+    assert rows["fields"][:4] == ["rank", "state", "generation", "node_id"] and len(rows["rows"]) == 512
+    # What an earlier version wrote (an object per rank, uncompressed) still reads.
+    assert SupervisorRecord.from_json(json.dumps(dataclasses.asdict(large)).encode()) == large
+
+
 def test_liveness_by_silence_on_one_clock():
     assert liveness(record(), 0.5) is Liveness.ALIVE
     assert liveness(record(), 3.5) is Liveness.STALE  # more than three beats missed
