@@ -15,7 +15,7 @@ from typing import Any
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray address on loopback
 
-__all__ = ["Stat", "Row", "measure", "interleave", "local_cluster", "ensure_verl", "VERL_DIR"]
+__all__ = ["Stat", "Row", "measure", "interleave", "local_cluster", "ensure_verl", "print_rows", "VERL_DIR"]
 
 BENCH_DIR = Path(__file__).resolve().parent
 # verl is installed with --no-deps (plus the few modules its import needs) into this directory, for the
@@ -130,3 +130,11 @@ def ensure_verl() -> None:
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(VERL_DIR)]
     subprocess.run([*pip, f"verl=={VERL_VERSION}", *missing], check=True)
     importlib.invalidate_caches()
+
+
+def print_rows(rows: list[Row]) -> None:
+    """A benchmark module's own output when run alone (``python -m bench.NAME``)."""
+    for row in rows:
+        ref = f" | {row.reference}" + (f": {row.ref.show(row.unit)}" if row.ref else "")
+        ratio = f" | {row.ratio:.2f}x" if row.ratio is not None else ""
+        print(f"{row.benchmark} | {row.case} | {row.ours.show(row.unit)}{ref}{ratio}")

@@ -19,7 +19,7 @@ import time
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from .common import Row, Stat, measure
+from .common import Row, Stat, measure, print_rows
 
 GROUPS = (("actor", 512), ("rollout", 256), ("reference", 128), ("critic", 128))
 GOALS = {"write": "goal: median <= 10 ms", "size": "goal: <= 1 MiB", "status": "goal: median <= 1 s"}
@@ -130,8 +130,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--reps", type=int, default=100)
     args = parser.parse_args()
-    for row in run(args.ranks, args.nodes, args.reps):
-        print(f"{row.benchmark} | {row.case}: {row.ours.show(row.unit)}  [{row.reference}]")
+    print_rows(run(args.ranks, args.nodes, args.reps))
 
 
 if __name__ == "__main__":
