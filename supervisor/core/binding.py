@@ -19,7 +19,6 @@ from ..observability.metrics import DispatchFailure, observe_dispatch
 from .decorator import MethodSpec, get_method_spec
 from .dispatch import CONCATENATING_COLLECTS, PADDING_SIZE_KEY, resolve_dispatch_fns
 from .modes import Dispatch, Execute
-from .protocol import receiving_views
 
 __all__ = ["BoundGroupMethod", "registered_methods", "bind_registered_methods", "func_generator"]
 
@@ -104,7 +103,7 @@ class BoundGroupMethod:
         if self.spec.read_only:
             args, kwargs = _for_read_only_receivers(args, kwargs)
         supervisor = self.group.supervisor
-        with receiving_views() if self._results_as_views else contextlib.nullcontext():
+        with _receiving_views() if self._results_as_views else contextlib.nullcontext():
             if supervisor is not None and self.spec.blocking:
                 output = self._run_supervised(supervisor, args, kwargs)
             else:
@@ -131,6 +130,14 @@ class BoundGroupMethod:
 
     def __repr__(self) -> str:
         return f"<bound group method {self.group.name_prefix}.{self.method_name} ({self.spec.dispatch_mode})>"
+
+
+def _receiving_views() -> contextlib.AbstractContextManager[None]:
+    # Imported here: the protocol pulls in torch and tensordict, which a process that only binds
+    # groups (the CLI reading records, a daemon before its first DataProto) must not pay for.
+    from .protocol import receiving_views
+
+    return receiving_views()
 
 
 def _for_read_only_receivers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
