@@ -117,9 +117,15 @@ def events_to_json(events: list[Event]) -> bytes:
 
 def events_from_json(data: bytes | str) -> list[Event]:
     """Read a stored history, compressed or plain."""
-    if isinstance(data, bytes) and data[:1] == b"\x78":  # a zlib stream; JSON text starts with "["
-        data = zlib.decompress(data)
+    data = json_text(data)
     return [e for raw in json.loads(data) if isinstance(raw, dict) and (e := Event.from_dict(raw)) is not None]
+
+
+def json_text(data: bytes | str) -> bytes | str:
+    """Stored JSON as text: zlib streams (the large records, every history) decompressed."""
+    if isinstance(data, bytes) and data[:1] == b"\x78":  # every zlib stream starts so, and no JSON text does
+        return zlib.decompress(data)
+    return data
 
 
 class EventLog:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..supervision.restart_policy import RestartPolicy, within_window
 from ..supervision.states import RankStatus, WorkerState
-from .events import Event, events_from_json
+from .events import Event, events_from_json, json_text
 from .liveness import Liveness, ProcessIdentity, judge
 
 __all__ = [
@@ -152,9 +152,7 @@ class SupervisorRecord:
     def from_json(cls, data: bytes | str) -> SupervisorRecord:
         """Read a record (plain or compressed JSON); fields this version does not know (written by
         another version) are ignored."""
-        if isinstance(data, bytes) and data[:1] == _ZLIB_HEADER:
-            data = zlib.decompress(data)
-        raw = json.loads(data)
+        raw = json.loads(json_text(data))
         raw["pools"] = {k: _known(PoolRecord, v) for k, v in raw.get("pools", {}).items()}
         raw["groups"] = {
             k: _known(
@@ -184,7 +182,6 @@ class SupervisorRecord:
 
 
 COMPRESS_ABOVE_BYTES = 64 * 1024  # a record of a few hundred ranks and more; smaller ones stay plain JSON
-_ZLIB_HEADER = b"\x78"  # what every zlib stream starts with, and no JSON text does
 
 
 _RANK_FIELDS = [f.name for f in dataclasses.fields(RankStatus)]
