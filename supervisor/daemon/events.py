@@ -31,6 +31,7 @@ __all__ = [
     "events_to_json",
     "events_from_json",
     "history_ending_with",
+    "json_text",
 ]
 
 MAX_EVENTS = 1000  # per supervisor: at ~300 bytes each, a write stays well under a megabyte
