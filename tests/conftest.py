@@ -17,6 +17,20 @@ import pytest  # noqa: E402
 NODE_CPUS = 16
 NODE_GPUS = 4
 
+# CI sets this: there, a skipped test is a failure (a test that skips where it should run proves
+# nothing, e.g. the network-namespace test without root).
+NO_SKIPS_ENV = "SUPERVISOR_TESTS_NO_SKIPS"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get(NO_SKIPS_ENV) == "1" and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped where {NO_SKIPS_ENV}=1 forbids skips: {reason}"
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():

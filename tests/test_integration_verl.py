@@ -575,28 +575,66 @@ def test_colocated_roles_under_a_host_are_recorded_with_their_classes_and_take_t
         pool.teardown()
 
 
-def test_fused_workers_run_as_verls_own_group_unsupervised_and_leave_nothing(ray_cluster, no_leaks):
-    """create_colocated_worker_cls_fused: every role behind one `_fuw_execute` and deep-copied role
-    groups. Not supervised yet: the group is verl's own RayWorkerGroup (it says so), on the
-    supervisor's pool, and works as in verl."""
-    import ray
+def test_fused_roles_are_supervised_and_a_replacement_replays_every_roles_setup_in_order(ray_cluster, no_leaks):
+    """create_colocated_worker_cls_fused: every role hosted by one FusedWorker actor per bundle and
+    reached through `_fuw_execute`; verl's fuse/spawn give deep copies of the group, here views of the
+    one supervised group. A replaced actor serves every role again, each setup call re-run in the
+    program's order (through `_fuw_execute` too); verl's mesh dispatch runs per role."""
     from verl.single_controller.ray import base as verl_base
 
     from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
-    from supervisor.integrations.verl.originals import verl_original
+    from supervisor.integrations.verl.group import _worker_class_label
+    from supervisor.integrations.verl.roles import SupervisedRoleGroup
+    from supervisor.supervision.restart_policy import RestartStrategy
 
     roles, _ = _colocated_roles()
     pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="fused-pool")
-    group = SupervisedRayWorkerGroup(resource_pool=pool, ray_cls_with_init=verl_base.create_colocated_worker_cls_fused(roles), name_prefix="fused")
+    group = SupervisedRayWorkerGroup(
+        resource_pool=pool, ray_cls_with_init=verl_base.create_colocated_worker_cls_fused(roles), name_prefix="fused",
+        supervision=_supervision(),
+    )  # fmt: skip
     try:
-        assert type(group) is verl_original("RayWorkerGroup")
-        spawned = group.spawn(prefix_set={"actor", "ref"})
-        spawned["ref"].init_model()
-        _check_scaled(spawned["ref"].compute(_batch(4)), 4, 3.0)
+        assert isinstance(group, SupervisedRayWorkerGroup) and group.fused_worker_used
+        assert group.restart_strategy is RestartStrategy.ONE_FOR_ONE
+        label = _worker_class_label(group.group.cls_with_init.original_cls)
+        assert ":FusedWorker[" in label and "ref=examples.verl.workers:RoleWorker" in label, label  # the record's
+        group.fuse(prefix_set={"actor", "ref"})  # verl's: the roles as attributes
+        ref, actor = group.ref, group.actor
+        assert isinstance(ref, SupervisedRoleGroup) and ref.world_size == actor.world_size == 2
+        ref.init_model()
+        actor.reset()
+        actor.set_loss_fn(abs)
+        setup = ["ref.init_model", "actor.reset", "actor.set_loss_fn:abs"]
+
+        def check_every_role():
+            _check_scaled(actor.compute(_batch(8)), 8, 2.0)
+            _check_scaled(ref.compute(_batch(8)), 8, 3.0)
+            on_actor = actor.compute_on_mesh(_batch(8))
+            _check_scaled(on_actor, 8, 2.0)
+            assert sorted(set(on_actor.batch["rank"].tolist())) == [0, 1]  # two dp ranks
+            on_ref = ref.compute_on_mesh(_batch(8))
+            _check_scaled(on_ref, 8, 3.0)
+            assert set(on_ref.batch["rank"].tolist()) == {0}  # one dp rank, rank 0's output kept
+
+        check_every_role()
+        before = {i["rank"]: i for i in actor.process_info()}
+        assert [before[r]["inits"] for r in (0, 1)] == [setup] * 2
+        os.kill(before[1]["pid"], signal.SIGKILL)
+        _wait_recovered(group, {1: 1})
+        after = {i["rank"]: i for i in ref.process_info()}
+        assert after[1]["pid"] != before[1]["pid"] and after[1]["inits"] == setup  # every role, in order
+        assert after[0] == before[0]  # one_for_one: rank 0 untouched, not set up again
+        assert spawned_views_share(group)
+        check_every_role()
     finally:
-        for handle in group.workers:
-            ray.kill(handle, no_restart=True)
+        group.teardown()
         pool.teardown()
+
+
+def spawned_views_share(group) -> bool:
+    """spawn() again gives views calling the same (current) actors."""
+    views = group.spawn(prefix_set=["ref"])
+    return views["ref"].workers is group.workers
 
 
 def test_impossible_resources_are_a_one_line_error_and_leave_nothing(ray_cluster, no_leaks):

@@ -21,12 +21,10 @@ from .actor_class import ClassWithInitArgs, unwrap_actor_class
 from .binding import registered_methods
 from .decorator import MAGIC_ATTR
 from .modes import Dispatch
-from .worker import Worker
+from .worker import FUSED_EXECUTE_METHOD, FUSED_METHOD_SEPARATOR, Worker
 
 __all__ = ["FUSED_METHOD_SEPARATOR", "create_colocated_worker_cls", "create_colocated_worker_cls_fused", "create_colocated_worker_raw_cls"]
 
-# "{role}_fwmn_{method}" ("fused worker method name") names a role's method for FusedWorker._fuw_execute.
-FUSED_METHOD_SEPARATOR = "_fwmn_"
 
 
 def _delegate(role: str, method_name: str, is_async: bool) -> Any:
@@ -90,7 +88,7 @@ def create_colocated_worker_raw_cls(class_dict: dict[str, ClassWithInitArgs]) ->
     name = "_".join(["FusedWorker", *roles])
     namespace = {
         "__init__": __init__,
-        "_fuw_execute": _fuw_execute,
+        FUSED_EXECUTE_METHOD: _fuw_execute,
         "__module__": __name__,
         "is_fused_worker": True,
         "raw_cls_dict": {role: cls for role, (cls, _, _) in roles.items()},

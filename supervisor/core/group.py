@@ -20,11 +20,16 @@ from ..placement.layout import BundleRef, BundleSlot, actor_name, validate_name_
 from ..placement.pool import PlacementStrategy, ResourcePool
 from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
-from .colocate import FUSED_METHOD_SEPARATOR
 from .decorator import MethodSpec, get_method_spec
 from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars
 from .rendezvous import pick_rendezvous
-from .worker import SUPERVISION_CONCURRENCY_GROUPS, SupervisedEndpoints, send_rendezvous
+from .worker import (
+    FUSED_EXECUTE_METHOD,
+    FUSED_METHOD_SEPARATOR,
+    SUPERVISION_CONCURRENCY_GROUPS,
+    SupervisedEndpoints,
+    send_rendezvous,
+)
 
 __all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "GroupPlacement"]
 
@@ -557,9 +562,12 @@ class WorkerGroup:
 
     # -- execution ------------------------------------------------------------------------------
     def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self.fused_worker_used and self.sub_cls_name:  # a role of a fused group: through its host
+        if self.fused_worker_used and FUSED_METHOD_SEPARATOR in method_name:  # a role's, bound on the fused group
+            args = (method_name, *args)
+            method_name = FUSED_EXECUTE_METHOD
+        elif self.fused_worker_used and self.sub_cls_name:  # a role of a fused group: through its host
             args = (f"{self.sub_cls_name}{FUSED_METHOD_SEPARATOR}{method_name}", *args)
-            method_name = "_fuw_execute"
+            method_name = FUSED_EXECUTE_METHOD
         try:
             method = getattr(worker, method_name)
         except AttributeError:

@@ -38,6 +38,8 @@ __all__ = [
     "send_rendezvous",
     "RUN_IN_ORDER_METHOD",
     "MESH_INFO_METHOD",
+    "FUSED_METHOD_SEPARATOR",
+    "FUSED_EXECUTE_METHOD",
 ]
 
 # The supervisor's calls run in their own concurrency groups, so they are answered while a user call
@@ -52,6 +54,10 @@ SUPERVISION_CONCURRENCY_GROUPS = {SENTINEL_GROUP: 1, PROBE_GROUP: 1}
 RUN_IN_ORDER_METHOD = "_supervisor_run_in_order"
 # The endpoint a verl group asks for each rank's place on a mesh (SupervisedEndpoints._supervisor_mesh_info).
 MESH_INFO_METHOD = "_supervisor_mesh_info"
+# verl's fused worker hosts every role in one actor and runs a role's method through one entry point,
+# ``_fuw_execute("{role}_fwmn_{method}", ...)`` ("fused worker method name").
+FUSED_EXECUTE_METHOD = "_fuw_execute"
+FUSED_METHOD_SEPARATOR = "_fwmn_"
 
 
 def arm_sentinel(handle: Any, hold_s: float) -> Any:
@@ -174,7 +180,10 @@ class SupervisedEndpoints:
         """Run ``method(*args, **kwargs)`` for each call, in order, on this actor: the inits of every role
         of a colocated worker, replayed on a replacement as the program ran them."""
         for method, args, kwargs in calls:
-            result = getattr(self, method)(*args, **kwargs)
+            if FUSED_METHOD_SEPARATOR in method and not hasattr(self, method):  # a role of a fused worker
+                result = getattr(self, FUSED_EXECUTE_METHOD)(method, *args, **kwargs)
+            else:
+                result = getattr(self, method)(*args, **kwargs)
             if inspect.iscoroutine(result):  # an async role's init: its own loop, off the actor's thread
                 with concurrent.futures.ThreadPoolExecutor(1) as pool:
                     pool.submit(asyncio.run, result).result()
@@ -183,7 +192,8 @@ class SupervisedEndpoints:
         """This process's dp rank on ``mesh`` and whether its output is collected there: its own
         registration, or for ``(role, mesh)`` that of a colocated worker's role (each role registers
         on its own inner worker, and two roles may use the same mesh name)."""
-        roles: dict[str, Any] = getattr(self, "worker_dict", None) or {}
+        # A WorkerDict keeps its roles in worker_dict, a fused worker in fused_worker_dict.
+        roles: dict[str, Any] = getattr(self, "worker_dict", None) or getattr(self, "fused_worker_dict", None) or {}
         if isinstance(mesh, (tuple, list)):
             role, name = mesh
             if role not in roles:

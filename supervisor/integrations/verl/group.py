@@ -13,9 +13,9 @@ WORLD_SIZE, WG_PREFIX, WG_BACKEND, RAY_LOCAL_WORLD_SIZE and the group's MASTER_A
 (a fresh one when rank 0 is replaced, told to the others). verl 0.9.1 has no register-center actor
 any more (``ray_wait_register_center_timeout`` is accepted and unused, as in verl). The init the
 program ran (``init_model``, with its arguments) is re-run on replacements, but only once the program
-has run it: a rank lost before that gets no premature init. A colocated class (verl's trainer) is one
-supervised group whose ``spawn`` gives role views (:mod:`.roles`); every role's init the program ran
-is replayed on a replacement, in the program's order.
+has run it: a rank lost before that gets no premature init. A colocated class (verl's trainer) or a
+fused one is one supervised group whose ``spawn`` (and ``fuse``) gives role views (:mod:`.roles`);
+every role's init the program ran is replayed on a replacement, in the program's order.
 """
 
 from __future__ import annotations
@@ -49,7 +49,16 @@ from .host import HostedGroup, current_host
 from .modes import read_verl_method_spec
 from .pool import POOL_NAME_ATTR, library_pool_of
 from .program_exit import stop_at_exit
-from .roles import ROLE_SETUP_METHODS, ArmingInit, SupervisedRoleGroup, colocated_roles
+from .roles import (
+    FUSED_WORKER,
+    ROLE_SETUP_METHODS,
+    ArmingInit,
+    SupervisedRoleGroup,
+    class_kind,
+    colocated_kind,
+    fused_method_name,
+    role_classes,
+)
 from .strategy import choose_strategy
 
 __all__ = ["SupervisedRayWorkerGroup", "VerlRanks", "DEFAULT_INIT_METHOD"]
@@ -88,12 +97,22 @@ class VerlRanks(WorkerGroup):
     collective = False
     rendezvous_wait_s = 30.0
 
-    def __init__(self, *args: Any, roles: tuple[str, ...] = (), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, roles: tuple[str, ...] = (), fused_roles: dict[str, type] | None = None, **kwargs: Any) -> None:
         self._rdv_cond = threading.Condition()
         self._rdv_generation = 0  # rendezvous picked so far
         self._env_generation: dict[int, int] = {}  # rank -> rendezvous its actor was created with
         super().__init__(*args, **kwargs)
+        self._bind_fused_roles(fused_roles or {})
         self._qualify_role_meshes(roles)
+
+    def _bind_fused_roles(self, roles: dict[str, type]) -> None:
+        # A fused worker's roles are not methods of its class: each registered method of a role is bound
+        # as role_fwmn_method, and _remote sends it through _fuw_execute.
+        for role, role_cls in roles.items():
+            for name, spec in registered_methods(role_cls, self.read_method_spec).items():
+                fused = fused_method_name(role, name)
+                setattr(self, fused, BoundGroupMethod(self, fused, spec))
+                self.method_names.append(fused)
 
     def _qualify_role_meshes(self, roles: tuple[str, ...]) -> None:
         # The roles of a colocated worker register their meshes on their own inner workers, and may use
@@ -222,30 +241,6 @@ def _random_prefix() -> str:
     return "".join(random.choice(string.ascii_letters + string.digits) for _ in range(6))  # verl's default
 
 
-# What verl's colocating helpers build: create_colocated_worker_cls (every role's methods on one class,
-# prefixed with the role) and create_colocated_worker_raw_cls / _fused (roles behind `_fuw_execute`).
-COLOCATED_WORKER = "WorkerDict"
-FUSED_WORKER = "FusedWorker"
-
-
-def _made_by_create_colocated_worker_cls(cls: Any) -> bool:
-    return str(getattr(cls, "__qualname__", "")).startswith("create_colocated_worker_cls.")
-
-
-def colocated_kind(ray_cls_with_init: Any) -> str | None:
-    """:data:`COLOCATED_WORKER`, :data:`FUSED_WORKER`, or None for a plain worker class (or no class)."""
-    if ray_cls_with_init is None:
-        return None
-    cls = getattr(ray_cls_with_init, "cls", None)
-    cls = getattr(cls, "__ray_actor_class__", cls)  # ray.remote(...) wraps the class
-    # A raw fused class is renamed FusedWorker_<roles> by verl and keeps its roles in raw_cls_dict.
-    if getattr(ray_cls_with_init, "fused_worker_used", False) or isinstance(getattr(cls, "raw_cls_dict", None), dict):
-        return FUSED_WORKER
-    if _made_by_create_colocated_worker_cls(cls):
-        return COLOCATED_WORKER
-    return None
-
-
 class SupervisedRayWorkerGroup:
     """verl's ``RayWorkerGroup(resource_pool=None, ray_cls_with_init=None, bin_pack=True,
     name_prefix=None, detached=False, worker_names=None, worker_handles=None,
@@ -269,25 +264,6 @@ class SupervisedRayWorkerGroup:
         InfeasibleResourcesError / ResourceWaitTimeout / ActorStartError: as ``create_group``;
             nothing this call created survives.
     """
-
-    def __new__(cls, resource_pool: Any = None, ray_cls_with_init: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if resource_pool is None or colocated_kind(ray_cls_with_init) != FUSED_WORKER:
-            return super().__new__(cls)
-        # A fused class calls every role through one `_fuw_execute` entry and gives each role a deep
-        # copy of the group (`spawn_fused`); replaying its roles' inits behind those copies is not built
-        # yet. Such a group is verl's own, not supervised, and says so; its pool is still the
-        # supervisor's, so teardown removes it. verl's trainer uses WorkerDict classes, supervised.
-        from .originals import verl_original
-
-        log.warning(
-            "verl_group_unsupervised", group=kwargs.get("name_prefix"), worker_class=FUSED_WORKER,
-            reason="fused workers (create_colocated_worker_cls_fused) are not supervised yet: verl's own RayWorkerGroup runs them",
-        )  # fmt: skip
-        verl_cls = verl_original("RayWorkerGroup")
-        group = verl_cls.__new__(verl_cls)
-        kwargs.pop("restart_strategy", None), kwargs.pop("supervision", None), kwargs.pop("init_method", None)
-        verl_cls.__init__(group, resource_pool, ray_cls_with_init, *args, **kwargs)
-        return group
 
     def __init__(
         self,
@@ -318,10 +294,12 @@ class SupervisedRayWorkerGroup:
         self._host = None
         self._hosted = False
         self._init_method: str | None = None
-        # A WorkerDict: every role's methods, prefixed; its role groups come from spawn().
-        self._colocated = colocated_kind(ray_cls_with_init) == COLOCATED_WORKER
+        # A WorkerDict (every role's methods, prefixed) or a fused worker (every role behind _fuw_execute):
+        # its role groups come from spawn().
+        self._roles_kind = colocated_kind(ray_cls_with_init)
+        self._colocated = self._roles_kind is not None
         # Its roles, when verl's class shows them (else any method's prefix may be a role).
-        known = colocated_roles(getattr(ray_cls_with_init, "cls", None)) if self._colocated else None
+        known = role_classes(self._roles_kind, getattr(ray_cls_with_init, "cls", None)) if self._colocated else None
         self._roles: tuple[str, ...] | None = tuple(known) if known is not None else (None if self._colocated else ())
         self._init_calls: dict[str, tuple[str, tuple[Any, ...], dict[str, Any]]] = {}  # in the program's order
         self._init_lock = threading.Lock()
@@ -342,8 +320,12 @@ class SupervisedRayWorkerGroup:
         if use_gpu and not resource_pool.use_gpu:
             raise ConfigError("use_gpu is True but resource_pool.use_gpu is False")
         cls_with_init = _SupervisedClassWithInitArgs.from_verl(ray_cls_with_init)
-        methods = registered_methods(cls_with_init.user_cls, read_verl_method_spec)  # bad modes fail here, before anything exists
-        armable = init_method is not None and _has_init(methods, init_method, self._roles)
+        # Bad modes fail here, before anything exists.
+        methods = list(registered_methods(cls_with_init.user_cls, read_verl_method_spec))
+        self._fused_roles = role_classes(FUSED_WORKER, cls_with_init.user_cls) if self._roles_kind == FUSED_WORKER else None
+        for role, role_cls in (self._fused_roles or {}).items():
+            methods += [fused_method_name(role, m) for m in registered_methods(role_cls, read_verl_method_spec)]
+        armable = init_method is not None and self._has_init(methods, init_method)
         if init_method is not None and not armable and init_method != DEFAULT_INIT_METHOD:
             raise ConfigError(
                 f"init_method {init_method!r} is not a registered method of {cls_with_init.original_cls.__name__} "
@@ -395,12 +377,14 @@ class SupervisedRayWorkerGroup:
             worker_env=worker_env,
             namespace=_namespace(host),
             hooks=hooks,
-            group_factory=partial(VerlRanks, master_addr=master_addr, master_port=master_port, roles=self._roles or ()),
+            group_factory=partial(
+                VerlRanks, master_addr=master_addr, master_port=master_port, roles=self._roles or (), fused_roles=self._fused_roles
+            ),
             actor_start_timeout_s=config.actor_start_timeout_s,
         )
         try:
             self._init_method = config.init_method or init_method
-            if config.init_method is not None and not _has_init(group.method_names, config.init_method, self._roles):
+            if config.init_method is not None and not self._has_init(group.method_names, config.init_method):
                 raise ConfigError(
                     f"init_method {config.init_method!r} (the spec's, for group {self.name_prefix}) is not a registered "
                     f"method of {cls_with_init.original_cls.__name__}"
@@ -509,9 +493,23 @@ class SupervisedRayWorkerGroup:
         """The methods of a role whose calls a replacement replays: the init and verl's setup calls."""
         return (self._init_method, *ROLE_SETUP_METHODS) if self._init_method is not None else ()
 
+    def role_method(self, role: str, name: str) -> str:
+        """The name on the group of ``role``'s method ``name``: ``role_name`` on a WorkerDict,
+        ``role_fwmn_name`` (called through ``_fuw_execute``) on a fused worker."""
+        return fused_method_name(role, name) if self._roles_kind == FUSED_WORKER else f"{role}_{name}"
+
+    def _has_init(self, methods: list[str], name: str) -> bool:
+        """Whether the class has init method ``name``: registered, or a role's (roles unknown: a
+        WorkerDict whose roles verl does not show, so any prefix)."""
+        if name in methods:
+            return True
+        if self._roles is None:
+            return any(m.endswith("_" + name) for m in methods)
+        return any(self.role_method(role, name) in methods for role in self._roles)
+
     def spawn(self, prefix_set: Any) -> dict[str, Any]:
-        """verl's: one group per role. A colocated group's roles are views of this supervised group
-        (:class:`~.roles.SupervisedRoleGroup`); any other group's are verl's attached copies."""
+        """verl's: one group per role. A colocated or fused group's roles are views of this supervised
+        group (:class:`~.roles.SupervisedRoleGroup`); any other group's are verl's attached copies."""
         if not self._colocated or self.supervisor is None:
             return self._group.spawn(prefix_set)  # type: ignore[no-any-return]
         roles = list(prefix_set)
@@ -615,22 +613,13 @@ def _same_call(recorded: Any, entry: Any) -> bool:
         return False
 
 
-def _has_init(methods: list[str], name: str, roles: tuple[str, ...] | None) -> bool:
-    """Whether the class has init method ``name``: registered, or a role's (``roles`` None: a colocated
-    class whose roles verl does not show, so any prefix)."""
-    if name in methods:
-        return True
-    if roles is None:
-        return any(m.endswith("_" + name) for m in methods)
-    return any(f"{role}_{name}" in methods for role in roles)
-
-
 def _worker_class_label(cls: type) -> str:
     """``module:Qualname`` of the worker class; for a colocated class, its roles' classes too."""
     label = f"{cls.__module__}:{cls.__qualname__}"
-    roles = colocated_roles(cls) if _made_by_create_colocated_worker_cls(cls) else None
+    kind = class_kind(cls)
+    roles = role_classes(kind, cls) if kind is not None else None
     if roles:
-        label = f"{cls.__module__}:{COLOCATED_WORKER}[" + ", ".join(f"{r}={c.__module__}:{c.__qualname__}" for r, c in roles.items()) + "]"
+        label = f"{cls.__module__}:{kind}[" + ", ".join(f"{r}={c.__module__}:{c.__qualname__}" for r, c in roles.items()) + "]"
     return label
 
 

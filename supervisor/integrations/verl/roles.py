@@ -3,10 +3,14 @@
 verl's trainer puts every role of a resource pool (actor/rollout, critic, reference policy) into one
 actor per bundle (``create_colocated_worker_cls``: a ``WorkerDict`` whose methods are the roles'
 methods, prefixed ``role_``), creates one group of those actors and calls ``spawn`` for one group per
-role. verl's spawned groups are copies holding the actor handles of the moment; here each role is a
-view of the one supervised group, so a replaced actor is the role's actor too, calls go through the
-supervised dispatch, and the calls that set every role up (its ``init_model``, and verl's ``reset`` and
-``set_loss_fn``) are replayed on a replacement in the order the program made them
+role. verl's fused variant (``create_colocated_worker_cls_fused``: a ``FusedWorker`` hosting each role
+as an attribute) runs a role's method through one entry, ``_fuw_execute("role_fwmn_method", ...)``,
+and its ``spawn``/``fuse`` give deep copies of the group, one per role.
+
+verl's spawned groups are copies holding the actor handles of the moment; here each role is a view of
+the one supervised group (of either kind), so a replaced actor is the role's actor too, calls go through
+the supervised dispatch, and the calls that set every role up (its ``init_model``, and verl's ``reset``
+and ``set_loss_fn``) are replayed on a replacement in the order the program made them
 (:meth:`SupervisedRayWorkerGroup._init_ran`).
 """
 
@@ -15,10 +19,20 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from ...core.worker import FUSED_METHOD_SEPARATOR
+
 if TYPE_CHECKING:
     from .group import SupervisedRayWorkerGroup
 
-__all__ = ["ArmingInit", "SupervisedRoleGroup", "colocated_roles", "ROLE_SETUP_METHODS"]
+__all__ = [
+    "ArmingInit", "SupervisedRoleGroup", "ROLE_SETUP_METHODS", "COLOCATED_WORKER", "FUSED_WORKER",
+    "colocated_kind", "class_kind", "role_classes", "fused_method_name",
+]  # fmt: skip
+
+# What verl's colocating helpers build: create_colocated_worker_cls (every role's methods on one class,
+# prefixed with the role) and create_colocated_worker_raw_cls / _fused (roles behind `_fuw_execute`).
+COLOCATED_WORKER = "WorkerDict"
+FUSED_WORKER = "FusedWorker"
 
 # Besides its init method, the calls that set a role up, replayed on a replacement too: verl's trainer
 # sets its critic up with ``reset()`` (the engine's initialisation) and ``set_loss_fn(...)``.
@@ -54,7 +68,7 @@ class SupervisedRoleGroup:
         self.sub_cls_name = role
         self.name_prefix = parent.name_prefix
         self.ray_cls_with_init = parent.ray_cls_with_init
-        self.fused_worker_used = False
+        self.fused_worker_used = parent.fused_worker_used
         self.wg_dict = None
         self.profile_steps = parent.profile_steps
         self.worker_nsight_options = parent.worker_nsight_options
@@ -75,7 +89,7 @@ class SupervisedRoleGroup:
         if name.startswith("__") or "_parent" not in self.__dict__:
             raise AttributeError(name)
         parent = self._parent
-        method = f"{self.sub_cls_name}_{name}"
+        method = parent.role_method(self.sub_cls_name, name)
         if method in parent.group.method_names:
             bound = getattr(parent.group, method)
             return ArmingInit(parent, bound, method) if name in parent.role_setup_methods else bound
@@ -89,7 +103,42 @@ class SupervisedRoleGroup:
         return f"<SupervisedRoleGroup {self.sub_cls_name} of {self._parent!r}>"
 
 
-def colocated_roles(worker_dict_cls: Any) -> dict[str, type] | None:
+def class_kind(cls: Any) -> str | None:
+    """:data:`COLOCATED_WORKER`, :data:`FUSED_WORKER`, or None for a plain worker class."""
+    cls = getattr(cls, "__ray_actor_class__", cls)  # ray.remote(...) wraps the class
+    # A raw fused class is renamed FusedWorker_<roles> by verl and keeps its roles in raw_cls_dict.
+    if isinstance(getattr(cls, "raw_cls_dict", None), dict):
+        return FUSED_WORKER
+    if str(getattr(cls, "__qualname__", "")).startswith("create_colocated_worker_cls."):
+        return COLOCATED_WORKER
+    return None
+
+
+def colocated_kind(ray_cls_with_init: Any) -> str | None:
+    """The kind (:func:`class_kind`) of a verl ``RayClassWithInitArgs``'s class; None for no class."""
+    if ray_cls_with_init is None:
+        return None
+    if getattr(ray_cls_with_init, "fused_worker_used", False):
+        return FUSED_WORKER
+    return class_kind(getattr(ray_cls_with_init, "cls", None))
+
+
+def fused_method_name(role: str, name: str) -> str:
+    """A fused worker's name for ``role``'s method ``name`` (the argument of ``_fuw_execute``)."""
+    return f"{role}{FUSED_METHOD_SEPARATOR}{name}"
+
+
+def role_classes(kind: str | None, cls: Any) -> dict[str, type] | None:
+    """``{role: class}`` of a WorkerDict or fused worker class; None when it does not show them."""
+    if kind == FUSED_WORKER:
+        raw = getattr(getattr(cls, "__ray_actor_class__", cls), "raw_cls_dict", None)
+        return {str(k): getattr(v, "__ray_actor_class__", v) for k, v in raw.items()} if isinstance(raw, dict) else None
+    if kind == COLOCATED_WORKER:
+        return _worker_dict_roles(cls)
+    return None
+
+
+def _worker_dict_roles(worker_dict_cls: Any) -> dict[str, type] | None:
     """``{role: class}`` of a verl ``WorkerDict`` class, read from what ``create_colocated_worker_cls``
     closed over; None when verl keeps it elsewhere (then only the roles ``spawn`` names are known)."""
     cls = getattr(worker_dict_cls, "__ray_actor_class__", worker_dict_cls)
