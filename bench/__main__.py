@@ -22,10 +22,22 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
-    from . import daemon_scale, data, decision, dispatch, fencing, goodput, recovery, scale, standby_recovery
+    from . import (
+        daemon_scale,
+        data,
+        decision,
+        detection_cost,
+        dispatch,
+        fencing,
+        goodput,
+        recovery,
+        scale,
+        standby_recovery,
+    )
 
     return {
         "dispatch": lambda: dispatch.run(reps=30 if quick else 300),
+        "detection": lambda: detection_cost.run(reps=30 if quick else 300, kills=2 if quick else 10),
         "data": lambda: data.run(rows=8192 if quick else 65536, reps=3 if quick else 10),
         "recovery": lambda: recovery.run(kills=3 if quick else 20),
         "standby": lambda: standby_recovery.run(kills=2 if quick else 10),

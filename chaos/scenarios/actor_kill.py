@@ -82,5 +82,5 @@ def _recovered(daemon, kills: Counter) -> bool:
     return all(restarts.get(k, 0) >= n and states.get(k) == "running" for k, n in kills.items())
 
 
-PROFILES = {"quick": Params(kills=6), "full": Params(kills=100)}
+PROFILES = {"quick": Params(kills=4), "full": Params(kills=100)}
 TIME_LIMIT_S = {"quick": 240.0, "full": 1800.0}

@@ -54,5 +54,5 @@ def run(ctx: Context, p: Params) -> None:
     ctx.check_torn_down()
 
 
-PROFILES = {"quick": Params(kills=2), "full": Params(kills=10)}
+PROFILES = {"quick": Params(kills=1), "full": Params(kills=10)}
 TIME_LIMIT_S = {"quick": 240.0, "full": 1200.0}
