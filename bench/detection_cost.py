@@ -29,7 +29,7 @@ def _classes() -> tuple[type, type, type]:
     """The actors' classes, defined here so Ray ships them by value (workers need not import bench)."""
 
     class _Rank:
-        def ping(self) -> int:
+        def ping(self, *_: object) -> int:
             return 1
 
         def busy(self, seconds: float) -> None:
