@@ -487,6 +487,34 @@ def _check_scaled(out, n, scale):
     assert torch.equal(out.batch["x"][order], (torch.arange(n).float() + 1) * scale)
 
 
+def _check_every_role_serves(actor, ref):
+    _check_scaled(actor.compute(_batch(8)), 8, 2.0)
+    _check_scaled(ref.compute(_batch(8)), 8, 3.0)
+    # verl's make_nd_compute_dataproto_dispatch_fn("train"): one mesh name, laid out per role.
+    on_actor = actor.compute_on_mesh(_batch(8))
+    _check_scaled(on_actor, 8, 2.0)
+    assert sorted(set(on_actor.batch["rank"].tolist())) == [0, 1]  # two dp ranks
+    on_ref = ref.compute_on_mesh(_batch(8))
+    _check_scaled(on_ref, 8, 3.0)
+    assert set(on_ref.batch["rank"].tolist()) == {0}  # one dp rank, rank 0's output kept
+
+
+def _kill_rank_1_and_check_every_role_is_set_up_again(group, actor, ref, setup):
+    """Every role serves; rank 1 SIGKILLed is replaced with every role's setup replayed in order, rank 0
+    untouched, and every role serves again through the role views. Returns the ranks' info after."""
+    _check_every_role_serves(actor, ref)
+    before = {i["rank"]: i for i in actor.process_info()}
+    assert [before[r]["inits"] for r in (0, 1)] == [setup] * 2
+    os.kill(before[1]["pid"], signal.SIGKILL)
+    _wait_recovered(group, {1: 1})
+    after = {i["rank"]: i for i in ref.process_info()}
+    assert after[1]["pid"] != before[1]["pid"] and after[1]["inits"] == setup  # every role, in order
+    assert after[0] == before[0]  # one_for_one: rank 0 untouched, not set up again
+    assert ref.workers is group.workers  # the role groups call the replacement
+    _check_every_role_serves(actor, ref)
+    return after
+
+
 def test_colocated_roles_are_supervised_and_a_replacement_replays_every_roles_setup_in_order(ray_cluster, no_leaks):
     """verl's trainer: create_colocated_worker_cls, one group with no name_prefix, spawn, then each
     role set up (ref: init_model; actor as verl's critic: reset, set_loss_fn). A replaced actor serves
@@ -512,27 +540,7 @@ def test_colocated_roles_are_supervised_and_a_replacement_replays_every_roles_se
         actor.set_loss_fn(abs)
         setup = ["ref.init_model", "actor.reset", "actor.set_loss_fn:abs"]
 
-        def check_every_role():
-            _check_scaled(actor.compute(_batch(8)), 8, 2.0)
-            _check_scaled(ref.compute(_batch(8)), 8, 3.0)
-            # verl's make_nd_compute_dataproto_dispatch_fn("train"): one mesh name, laid out per role.
-            on_actor = actor.compute_on_mesh(_batch(8))
-            _check_scaled(on_actor, 8, 2.0)
-            assert sorted(set(on_actor.batch["rank"].tolist())) == [0, 1]  # two dp ranks
-            on_ref = ref.compute_on_mesh(_batch(8))
-            _check_scaled(on_ref, 8, 3.0)
-            assert set(on_ref.batch["rank"].tolist()) == {0}  # one dp rank, rank 0's output kept
-
-        check_every_role()
-        before = {i["rank"]: i for i in actor.process_info()}
-        assert [before[r]["inits"] for r in (0, 1)] == [setup] * 2
-        os.kill(before[1]["pid"], signal.SIGKILL)
-        _wait_recovered(group, {1: 1})
-        after = {i["rank"]: i for i in ref.process_info()}
-        assert after[1]["pid"] != before[1]["pid"] and after[1]["inits"] == setup  # every role, in order
-        assert after[0] == before[0]  # one_for_one: rank 0 untouched, not set up again
-        assert ref.workers is group.workers  # the role groups call the replacement
-        check_every_role()
+        after = _kill_rank_1_and_check_every_role_is_set_up_again(group, actor, ref, setup)
 
         # A new rank 0 of independent replicas: the others keep serving, not set up twice.
         os.kill(after[0]["pid"], signal.SIGKILL)
@@ -540,7 +548,7 @@ def test_colocated_roles_are_supervised_and_a_replacement_replays_every_roles_se
         again = {i["rank"]: i for i in actor.process_info()}
         assert again[0]["pid"] != after[0]["pid"] and again[0]["inits"] == setup
         assert again[1] == after[1]
-        check_every_role()
+        _check_every_role_serves(actor, ref)
         with pytest.raises(ConfigError) as exc:
             group.spawn(prefix_set=["critic"])
         assert "no role 'critic'" in _one_line(exc) and "actor, ref" in str(exc.value)
@@ -606,35 +614,11 @@ def test_fused_roles_are_supervised_and_a_replacement_replays_every_roles_setup_
         actor.set_loss_fn(abs)
         setup = ["ref.init_model", "actor.reset", "actor.set_loss_fn:abs"]
 
-        def check_every_role():
-            _check_scaled(actor.compute(_batch(8)), 8, 2.0)
-            _check_scaled(ref.compute(_batch(8)), 8, 3.0)
-            on_actor = actor.compute_on_mesh(_batch(8))
-            _check_scaled(on_actor, 8, 2.0)
-            assert sorted(set(on_actor.batch["rank"].tolist())) == [0, 1]  # two dp ranks
-            on_ref = ref.compute_on_mesh(_batch(8))
-            _check_scaled(on_ref, 8, 3.0)
-            assert set(on_ref.batch["rank"].tolist()) == {0}  # one dp rank, rank 0's output kept
-
-        check_every_role()
-        before = {i["rank"]: i for i in actor.process_info()}
-        assert [before[r]["inits"] for r in (0, 1)] == [setup] * 2
-        os.kill(before[1]["pid"], signal.SIGKILL)
-        _wait_recovered(group, {1: 1})
-        after = {i["rank"]: i for i in ref.process_info()}
-        assert after[1]["pid"] != before[1]["pid"] and after[1]["inits"] == setup  # every role, in order
-        assert after[0] == before[0]  # one_for_one: rank 0 untouched, not set up again
-        assert spawned_views_share(group)
-        check_every_role()
+        _kill_rank_1_and_check_every_role_is_set_up_again(group, actor, ref, setup)
+        assert group.spawn(prefix_set=["ref"])["ref"].workers is group.workers  # a new view: the live actors
     finally:
         group.teardown()
         pool.teardown()
-
-
-def spawned_views_share(group) -> bool:
-    """spawn() again gives views calling the same (current) actors."""
-    views = group.spawn(prefix_set=["ref"])
-    return views["ref"].workers is group.workers
 
 
 def test_impossible_resources_are_a_one_line_error_and_leave_nothing(ray_cluster, no_leaks):
