@@ -26,7 +26,6 @@ from .worker import FUSED_EXECUTE_METHOD, FUSED_METHOD_SEPARATOR, Worker
 __all__ = ["FUSED_METHOD_SEPARATOR", "create_colocated_worker_cls", "create_colocated_worker_cls_fused", "create_colocated_worker_raw_cls"]
 
 
-
 def _delegate(role: str, method_name: str, is_async: bool) -> Any:
     if is_async:
 
