@@ -38,7 +38,6 @@ def _classes() -> tuple[type, type, type]:
         def pid(self) -> int:
             return os.getpid()
 
-
     class _BeatingRank(_Rank):
         def __init__(self, hub: object) -> None:
             def beat() -> None:
@@ -48,7 +47,6 @@ def _classes() -> tuple[type, type, type]:
                     ray.get(hub.poll.remote(1.0))  # type: ignore[attr-defined]
 
             threading.Thread(target=beat, daemon=True).start()
-
 
     class _Hub:
         """Answers each poll after ``wait_s`` (a heartbeat's long poll), and queues never-sent calls."""
@@ -69,29 +67,22 @@ def _classes() -> tuple[type, type, type]:
                 return time.time()
             return float("nan")
 
-
-    def _noop(_instance: object, *_: object) -> int:
-        return 1
-
     return _Rank, _BeatingRank, _Hub
 
 
 def run(reps: int = 300, kills: int = 10) -> list[Row]:
     import ray
 
-    from supervisor.core.worker import SUPERVISION_CONCURRENCY_GROUPS, arm_sentinel
+    from supervisor.core.worker import SUPERVISION_CONCURRENCY_GROUPS, SupervisedEndpoints, arm_sentinel
 
     _Rank, _BeatingRank, _Hub = _classes()
 
-    class SentinelRank(_Rank):  # type: ignore[valid-type,misc]
-        def _supervisor_sentinel(self, hold_s: float) -> int:
-            time.sleep(hold_s)
-            return os.getpid()
+    class SentinelRank(_Rank, SupervisedEndpoints):  # type: ignore[valid-type,misc]  # our sentinel, as our ranks have it
+        pass
 
     cluster = local_cluster([{"num_cpus": 2}])
     try:
-        hub_cls = ray.remote(num_cpus=0, max_concurrency=1000)(_Hub)
-        hub = hub_cls.remote()
+        hub = ray.remote(num_cpus=0, max_concurrency=1000)(_Hub).remote()
         plain = ray.remote(num_cpus=0)(_Rank).remote()
         grouped = ray.remote(num_cpus=0, concurrency_groups=SUPERVISION_CONCURRENCY_GROUPS)(_Rank).remote()
         beating = ray.remote(num_cpus=0)(_BeatingRank).remote(hub)

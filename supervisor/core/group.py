@@ -28,6 +28,7 @@ from .worker import (
     FUSED_METHOD_SEPARATOR,
     SUPERVISION_CONCURRENCY_GROUPS,
     SupervisedEndpoints,
+    fused_method_name,
     send_rendezvous,
 )
 
@@ -566,7 +567,7 @@ class WorkerGroup:
             args = (method_name, *args)
             method_name = FUSED_EXECUTE_METHOD
         elif self.fused_worker_used and self.sub_cls_name:  # a role of a fused group: through its host
-            args = (f"{self.sub_cls_name}{FUSED_METHOD_SEPARATOR}{method_name}", *args)
+            args = (fused_method_name(self.sub_cls_name, method_name), *args)
             method_name = FUSED_EXECUTE_METHOD
         try:
             method = getattr(worker, method_name)

@@ -40,6 +40,7 @@ __all__ = [
     "MESH_INFO_METHOD",
     "FUSED_METHOD_SEPARATOR",
     "FUSED_EXECUTE_METHOD",
+    "fused_method_name",
 ]
 
 # The supervisor's calls run in their own concurrency groups, so they are answered while a user call
@@ -58,6 +59,11 @@ MESH_INFO_METHOD = "_supervisor_mesh_info"
 # ``_fuw_execute("{role}_fwmn_{method}", ...)`` ("fused worker method name").
 FUSED_EXECUTE_METHOD = "_fuw_execute"
 FUSED_METHOD_SEPARATOR = "_fwmn_"
+
+
+def fused_method_name(role: str, name: str) -> str:
+    """A fused worker's name for ``role``'s method ``name`` (the argument of ``_fuw_execute``)."""
+    return f"{role}{FUSED_METHOD_SEPARATOR}{name}"
 
 
 def arm_sentinel(handle: Any, hold_s: float) -> Any:

@@ -34,7 +34,7 @@ from ...core.dispatch import make_nd_compute_dataproto_dispatch_fn, mesh_of
 from ...core.env import verl_worker_env_vars
 from ...core.group import DEFAULT_NAMESPACE, WorkerGroup
 from ...core.protocol_family import ProtocolFamily, register_protocol_family
-from ...core.worker import MESH_INFO_METHOD, RUN_IN_ORDER_METHOD, SupervisedEndpoints
+from ...core.worker import MESH_INFO_METHOD, RUN_IN_ORDER_METHOD, SupervisedEndpoints, fused_method_name
 from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
@@ -56,7 +56,6 @@ from .roles import (
     SupervisedRoleGroup,
     class_kind,
     colocated_kind,
-    fused_method_name,
     role_classes,
 )
 from .strategy import choose_strategy

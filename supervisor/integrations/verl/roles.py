@@ -19,14 +19,12 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from ...core.worker import FUSED_METHOD_SEPARATOR
-
 if TYPE_CHECKING:
     from .group import SupervisedRayWorkerGroup
 
 __all__ = [
     "ArmingInit", "SupervisedRoleGroup", "ROLE_SETUP_METHODS", "COLOCATED_WORKER", "FUSED_WORKER",
-    "colocated_kind", "class_kind", "role_classes", "fused_method_name",
+    "colocated_kind", "class_kind", "role_classes",
 ]  # fmt: skip
 
 # What verl's colocating helpers build: create_colocated_worker_cls (every role's methods on one class,
@@ -121,11 +119,6 @@ def colocated_kind(ray_cls_with_init: Any) -> str | None:
     if getattr(ray_cls_with_init, "fused_worker_used", False):
         return FUSED_WORKER
     return class_kind(getattr(ray_cls_with_init, "cls", None))
-
-
-def fused_method_name(role: str, name: str) -> str:
-    """A fused worker's name for ``role``'s method ``name`` (the argument of ``_fuw_execute``)."""
-    return f"{role}{FUSED_METHOD_SEPARATOR}{name}"
 
 
 def role_classes(kind: str | None, cls: Any) -> dict[str, type] | None:
