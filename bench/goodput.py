@@ -95,6 +95,7 @@ def job_spec(mode: Mode, name: str, checkpoint: Path) -> dict[str, Any]:
             ranks = sum(spec["pools"][pool]["process_on_nodes"])
             spec["pools"][pool]["capacity_factor"] = 1 + 1 / ranks  # one spare bundle per pool
             spec["groups"][group]["standbys"] = 1
+            spec["groups"][group]["standby_warmup_method"] = "warm_up"  # imports paid before a takeover
     spec["driver"]["args"] = {**spec["driver"]["args"], "steps": 10**9, "step_interval_s": 0.0, "checkpoint_path": str(checkpoint)}
     return spec
 

@@ -87,6 +87,25 @@ class SlowStartWorker(Worker):
         return DataProto.from_dict(tensors={"ids": batch.batch["ids"].clone()})
 
 
+class WarmUpWorker(SlowStartWorker):
+    """A standby-able worker with a warm-up (the rank-independent part of its init) that counts its
+    runs, or raises when ``fail_warm_up``."""
+
+    def __init__(self, start_s: float = 0.0, fail_warm_up: bool = False) -> None:
+        super().__init__(start_s=start_s)
+        self.fail_warm_up = fail_warm_up
+        self.warm_ups = 0
+
+    def warm_up(self) -> None:
+        if self.fail_warm_up:
+            raise RuntimeError("no weights to load")
+        self.warm_ups += 1
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def identity(self) -> dict:
+        return {**super().identity(), "warm_ups": self.warm_ups}
+
+
 class RankDependentWorker(SlowStartWorker):
     """Reads its rank in the constructor: it cannot be a standby."""
 

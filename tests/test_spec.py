@@ -433,6 +433,7 @@ BAD_SPECS = [
     pytest.param(doc(group={"init_attempts": "0"}), "must be >= 1, got 0", "groups.counter.init_attempts", 1, id="init_attempts_0"),
     pytest.param(doc(group={"max_restarts": "-1"}), "must be >= 0, got -1", "groups.counter.max_restarts", 1, id="max_restarts_negative"),
     pytest.param(doc(group={"init_kwargs": "{ n = 1 }"}), "given without init_method", "groups.counter.init_kwargs", 1, id="init_kwargs_without_init_method"),
+    pytest.param(doc(group={"standby_warmup_method": '"add"'}), "given without standbys", "groups.counter.standby_warmup_method", 1, id="warm_up_without_standbys"),
     pytest.param(doc(group={"env": '{ RANK = "3", FOO = "x" }'}), "may not override RANK", "groups.counter.env", 1, id="env_reserved"),
     pytest.param(
         doc(group={"restart_strategy": '"all_for_one"'}),

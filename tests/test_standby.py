@@ -9,7 +9,7 @@ import time
 import pytest
 import ray
 import torch
-from supervised_workers import RankDependentWorker, SlowStartWorker
+from supervised_workers import RankDependentWorker, SlowStartWorker, WarmUpWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
 from supervisor.core.protocol import DataProto
@@ -19,6 +19,7 @@ from supervisor.observability.metrics import REGISTRY
 from supervisor.placement.layout import BundleRef
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
+from supervisor.supervision.standbys import check_standby_config
 
 FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
 # Pools pin their bundles to nodes with a Ray accelerator-type resource, so each test knows where they go.
@@ -44,14 +45,15 @@ def ray_cluster():
         cluster.shutdown()
 
 
-def _supervised(accelerator, process_on_nodes, capacity_factor=1.0, standbys=0, start_s=START_S, cls=SlowStartWorker):
+def _supervised(accelerator, process_on_nodes, capacity_factor=1.0, standbys=0, start_s=START_S, cls=SlowStartWorker, warm_up=None, **kwargs):
     pool = ResourcePool(list(process_on_nodes), max_colocate_count=1, accelerator_type=accelerator, capacity_factor=capacity_factor)
-    args = {} if cls is RankDependentWorker else {"start_s": start_s}
+    args = {} if cls is RankDependentWorker else {"start_s": start_s, **kwargs}
     group = create_group(pool, ClassWithInitArgs(cls, **args))
     init_group(group, "init_model", policy=FAST_INIT)
     config = SupervisionConfig(
-        init_method="init_model", init_policy=FAST_INIT, probe_period_s=1.0, standbys=standbys, standby_check_s=0.2, bundle_wait_timeout_s=120
-    )
+        init_method="init_model", init_policy=FAST_INIT, probe_period_s=1.0, standbys=standbys, standby_check_s=0.2, bundle_wait_timeout_s=120,
+        standby_warmup_method=warm_up,
+    )  # fmt: skip
     return pool, group, GroupSupervisor(group, config).start()
 
 
@@ -173,6 +175,37 @@ def test_standby_options_are_checked_before_supervising(ray_cluster, no_leaks):
         pool.teardown()
     with pytest.raises(ConfigError, match="capacity_factor must be a number >= 1.0"):
         ResourcePool([1], capacity_factor=0.5)
+
+
+def test_a_standby_is_ready_once_its_warm_up_ran_and_takes_over_warm(ray_cluster, no_leaks):
+    part = pool, group, sup = _supervised(ONE_NODE, [1], capacity_factor=2.0, standbys=1, start_s=0.0, cls=WarmUpWorker, warm_up="warm_up")
+    try:
+        _wait(lambda: sup.standby_counts() == (1, 0), what="the standby to be ready")
+        (standby,) = group.standbys.values()
+        assert group.identity()[0]["warm_ups"] == 0, "ranks do not warm up"
+        _kill_and_time_recovery(group, 0)
+        assert group.worker_names[0] == standby.name
+        me = group.identity()[0]
+        assert (me["warm_ups"], me["initialized_as"]) == (1, 0), "warmed up once, as a standby, then the init as rank 0"
+        with pytest.raises(ConfigError, match="standby warm-up method 'warm_up_typo': WarmUpWorker has no such method"):
+            check_standby_config(group, 1, "warm_up_typo")
+    finally:
+        _teardown(part)
+
+
+def test_a_failing_warm_up_is_a_failed_standby_and_stops_them_after_three(ray_cluster, no_leaks):
+    failed = []
+    part = pool, group, sup = _supervised(
+        ONE_NODE, [1], capacity_factor=2.0, standbys=1, start_s=0.0, cls=WarmUpWorker, warm_up="warm_up", fail_warm_up=True
+    )
+    try:
+        sup.hooks.on_standby_failed = lambda group_name, name, error: failed.append(error)
+        _wait(lambda: sup.standby.consecutive_failures >= 3, what="three failed standbys")
+        assert not group.standbys and sup.standby_counts() == (0, 0)
+        assert failed and all("no weights to load" in e for e in failed), failed
+        assert group.generate(_batch(2)).batch["ids"].tolist() == [0, 1]  # the group itself runs on
+    finally:
+        _teardown(part)
 
 
 def test_a_constructor_that_needs_the_rank_stops_standbys_after_three_tries(ray_cluster, no_leaks):

@@ -201,6 +201,13 @@ class _TinyLMWorker(Worker):
         self._lm = build_lm(self.config)
         return weights_digest(self._lm)
 
+    def warm_up(self) -> None:
+        """A standby's preparation before it counts as ready (the group's ``standby_warmup_method``):
+        the imports init_model would pay for, so a takeover's init only builds the model."""
+        import torch  # noqa: F401
+
+        import supervisor.core.protocol  # noqa: F401
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, idempotent=True)
     def ping(self) -> int:
         return self.rank

@@ -436,7 +436,7 @@ class WorkerGroup:
         self._bundles[rank] = bundle
         try:
             if rank == 0:
-                self._pick_new_rendezvous()
+                self._pick_new_rendezvous(rank_zero=standby.handle, timeout_s=timeout_s)
             info = ray.get(standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s)
         except BaseException:
             self._bundles[rank] = previous
@@ -524,11 +524,12 @@ class WorkerGroup:
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
 
-    def _pick_new_rendezvous(self) -> Rendezvous:
-        # On rank 0's bundle, and never the previous port: stale peers may still connect to it.
+    def _pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Rendezvous:
+        # On rank 0's bundle (asked of rank 0's actor when it runs already), and never the previous
+        # port: stale peers may still connect to it.
         first = self._bundles[0]
         previous = self._rendezvous.master_port if self._rendezvous else None
-        self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous)
+        self._rendezvous = pick_rendezvous(self._pgs[first.pg_index], first.bundle_index, avoid_port=previous, timeout_s=timeout_s, rank_zero=rank_zero)
         if self.on_rendezvous_picked is not None:
             # Before any actor has it: an owner that persists the rendezvous (the daemon's record)
             # must know it first, or a crash now would leave a rank 0 nobody knows the address of.

@@ -9,15 +9,6 @@ from .env import Rendezvous
 __all__ = ["master_addr_port", "pick_rendezvous"]
 
 
-def _probe_master_addr_port(avoid_port: int | None) -> tuple[str, int]:
-    from supervisor.core.worker import find_free_port, node_ip_address
-
-    port = find_free_port()
-    while port == avoid_port:
-        port = find_free_port()
-    return node_ip_address(), port
-
-
 def _first_bindable_port(start: int, stop: int) -> int | None:
     import socket
 
@@ -52,17 +43,24 @@ def master_addr_port(master_port_range: list[int] | None = None) -> tuple[str, s
 
 
 def pick_rendezvous(
-    placement_group: Any, bundle_index: int, avoid_port: int | None = None, timeout_s: float = 120.0
+    placement_group: Any, bundle_index: int, avoid_port: int | None = None, timeout_s: float = 120.0, rank_zero: Any = None
 ) -> Rendezvous:
     """Run a zero-CPU task in rank 0's bundle that reports its node address and a free port.
 
     The task runs where rank 0 will run, so MASTER_ADDR is that node and the port was free on it.
     ``avoid_port`` (the previous rendezvous) is never reused: stale peers may still connect to it.
+    ``rank_zero``: the actor that will be rank 0, already running in that bundle (a standby taking
+    over), asks it instead: one call, where a task may wait for Ray to start a worker process.
     """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    probe = ray.remote(num_cpus=0)(_probe_master_addr_port)
+    from .worker import free_address_here
+
+    if rank_zero is not None:
+        addr, port = ray.get(rank_zero._supervisor_free_address.remote(avoid_port), timeout=timeout_s)
+        return Rendezvous(master_addr=str(addr), master_port=int(port))
+    probe = ray.remote(num_cpus=0)(free_address_here)
     ref = probe.options(
         scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=placement_group, placement_group_bundle_index=bundle_index

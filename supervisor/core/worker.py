@@ -95,6 +95,14 @@ def find_free_port(host: str = "") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_address_here(avoid_port: int | None) -> tuple[str, int]:
+    """This node's address and a port free on it, never ``avoid_port`` (a rendezvous)."""
+    port = find_free_port()
+    while port == avoid_port:
+        port = find_free_port()
+    return node_ip_address(), port
+
+
 @dataclass
 class DistRankInfo:
     """A rank's coordinates in a parallel layout (tensor, data, pipeline, context parallel)."""
@@ -336,6 +344,18 @@ class Worker(SupervisedEndpoints, WorkerHelper):
         for role in getattr(self, "worker_dict", {}).values():  # colocated roles share this process's identity
             if isinstance(role, Worker):
                 role._read_identity()
+        return self.node_info()
+
+    def _supervisor_free_address(self, avoid_port: int | None) -> tuple[str, int]:
+        """This node's address and a free port (a standby about to become rank 0 picks the rendezvous)."""
+        return free_address_here(avoid_port)
+
+    def _supervisor_warm_up(self, method: str) -> dict[str, Any]:
+        """A standby's rank-independent preparation (``method``, the group's standby warm-up), then
+        where it runs: its answer is what makes the standby ready."""
+        if not self.is_standby:
+            raise WorkerEnvError(f"rank {self._rank} is not a standby: only a standby warms up")
+        getattr(self, method)()
         return self.node_info()
 
     # -- mesh dispatch --------------------------------------------------------------------------

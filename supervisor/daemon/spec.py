@@ -180,6 +180,7 @@ class GroupSpec:
     shutdown_method: str | None = None
     shutdown_timeout_s: float = 10.0
     standbys: int = SupervisionConfig.standbys  # pre-started actors in the pool's spare bundles, taking over failed ranks
+    standby_warmup_method: str | None = None  # run by each standby before it is ready: the rank-independent part of the init
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
@@ -209,6 +210,7 @@ class GroupSpec:
             call_timeout_s=self.call_timeout_s,
             in_flight=self.in_flight,
             standbys=self.standbys,
+            standby_warmup_method=self.standby_warmup_method,
             actor_start_timeout_s=self.actor_start_timeout_s,
         )
 
@@ -630,6 +632,8 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             )
         if group.init_kwargs and not group.init_method:
             problems.append(f"{path}.init_kwargs: given without init_method")
+        if group.standby_warmup_method and not group.standbys:
+            problems.append(f"{path}.standby_warmup_method: given without standbys")
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if spec.ray.auth_token_path is not None:
         problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]
@@ -714,7 +718,7 @@ def _check_imports(spec: SupervisorSpec) -> list[str]:
             continue
         if group.standbys and not issubclass(cls, Worker):
             problems.append(f"groups.{name}.standbys: {cls.__name__} is not a supervisor.Worker subclass, so it cannot take over a rank")
-        for key in ("init_method", "shutdown_method"):
+        for key in ("init_method", "shutdown_method", "standby_warmup_method"):
             method = getattr(group, key)
             if method and not callable(getattr(cls, method, None)):
                 problems.append(f"groups.{name}.{key}: {cls.__name__} has no method {method!r}")

@@ -48,6 +48,10 @@ class SupervisionConfig:
             ranks; needs a :class:`~supervisor.core.worker.Worker` subclass whose constructor does not
             depend on the rank (rank-dependent setup belongs in ``init_method``).
         standby_check_s: how often missing standbys are looked for free, placed bundles.
+        standby_warmup_method: worker method a standby runs once constructed, before it counts as
+            ready: the rank-independent part of the init (imports, weights into host memory), so
+            the init method after a takeover only does what needs the rank. Runs again on a
+            standby whose readiness is asked again (an adopted one), so it must be safe to repeat.
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -66,3 +70,4 @@ class SupervisionConfig:
     sentinel_hold_s: float = 30.0
     standbys: int = 0
     standby_check_s: float = 2.0
+    standby_warmup_method: str | None = None

@@ -22,8 +22,8 @@ __all__ = ["StandbyKeeper", "check_standby_config"]
 log = get_logger("supervision")
 
 
-def check_standby_config(group: WorkerGroup, wanted: int) -> None:
-    """Raise ConfigError when ``wanted`` standbys cannot be kept for ``group``."""
+def check_standby_config(group: WorkerGroup, wanted: int, warmup_method: str | None = None) -> None:
+    """Raise ConfigError when ``wanted`` standbys (warmed up by ``warmup_method``) cannot be kept for ``group``."""
     if wanted <= 0:
         return
     spares = group.resource_pool.spare_bundle_count if group.resource_pool is not None else 0
@@ -36,6 +36,11 @@ def check_standby_config(group: WorkerGroup, wanted: int) -> None:
         raise ConfigError(
             f"group {group.name}: standbys need a supervisor.Worker subclass (it adopts the failed rank's identity)"
         )
+    if warmup_method and not callable(getattr(group.cls_with_init.user_cls, warmup_method, None)):
+        raise ConfigError(
+            f"group {group.name}: standby warm-up method {warmup_method!r}: "
+            f"{group.cls_with_init.user_cls.__name__} has no such method"
+        )
 
 
 class StandbyKeeper:
@@ -44,7 +49,7 @@ class StandbyKeeper:
     def __init__(
         self, group: WorkerGroup, config: SupervisionConfig, hooks: LifecycleHooks, clock: Callable[[], float]
     ) -> None:
-        check_standby_config(group, config.standbys)
+        check_standby_config(group, config.standbys, config.standby_warmup_method)
         self.group, self.config, self.hooks, self.clock = group, config, hooks, clock
         self._lock = threading.Lock()
         self._ready: dict[BundleRef, str] = {}  # ready standbys and their node
@@ -108,9 +113,12 @@ class StandbyKeeper:
         self.publish()
 
     def _watch_starting(self, bundle: BundleRef) -> None:
-        standby = self.group.standbys[bundle]
+        handle = self.group.standbys[bundle].handle
+        warmup = self.config.standby_warmup_method
+        # Calls run in order on the actor's main thread: the answer comes once the constructor (and the warm-up) ran.
+        ready = handle._supervisor_warm_up.remote(warmup) if warmup else handle.node_info.remote()
         with self._lock:
-            self._starting[standby.handle.node_info.remote()] = bundle
+            self._starting[ready] = bundle
 
     def _on_ref(self, ref: Any) -> None:
         """A standby's readiness call or its sentinel returned: it is ready, alive, or dead."""

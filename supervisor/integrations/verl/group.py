@@ -157,8 +157,8 @@ class VerlRanks(WorkerGroup):
         self._dispatch_info[mesh] = [int(a[0]) for a in answers]
         self._collect_info[mesh] = [bool(a[1]) for a in answers]
 
-    def _pick_new_rendezvous(self) -> Any:
-        rdv = super()._pick_new_rendezvous()
+    def _pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Any:
+        rdv = super()._pick_new_rendezvous(rank_zero, timeout_s)
         with self._rdv_cond:
             self._rdv_generation += 1
             self._rdv_cond.notify_all()
