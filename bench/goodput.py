@@ -17,8 +17,9 @@ local nodes of 4 CPUs and 4 declared GPUs each) runs back to back, as fast as it
 After a short warm-up job (not counted), each way runs fault-free, then with a SIGKILL of a random
 rank (uniform over the 6 ranks, from a seeded generator, the same sequence for each way) every 30 s
 and every 10 s, its three runs back to back. A kill that comes while the
-baseline has no ranks (between jobs) waits for the next job's ranks. Steps are counted from the
-first step of the first job (start-up excluded for all) over the run's duration, from the
+baseline has no ranks (between jobs) waits for the next job's ranks. Steps are counted from 20 s after the
+first step of the first job (start-up, and the standbys constructing beside the first steps, excluded
+for all; a later job's start-up counts) over the run's duration, from the
 checkpoint file the driver writes after every step in every mode. The effective-time ratio is steps
 per minute with faults over fault-free, for the same way; each way is also compared with
 checkpoint-restart at the same rate. The plot of steps over time goes to bench/goodput.png.
@@ -74,6 +75,18 @@ class Timeline:
     def steps(self) -> int:
         inside = [s for t, s in self.samples if t <= self.duration_s]
         return (inside[-1] - self.samples[0][1]) if inside else 0
+
+    def stalls(self, longer_than_s: float = 0.5) -> list[tuple[float, float]]:
+        """``(start, seconds)`` of every stretch without a step longer than ``longer_than_s``."""
+        out, since = [], None
+        for (t, steps), (_, before) in zip(self.samples[1:], self.samples, strict=False):
+            if steps == before:
+                since = since if since is not None else t
+            elif since is not None:
+                if t - since > longer_than_s:
+                    out.append((round(since, 1), round(t - since, 1)))
+                since = None
+        return out
 
     @property
     def steps_per_min(self) -> float:
@@ -156,8 +169,9 @@ def _kill_one(name: str, rng: random.Random) -> bool:
         return False
 
 
-def run_one(mode: Mode, kill_every_s: float | None, duration_s: float, address: str, workdir: Path, seed: int) -> Timeline:
-    """Run the job ``mode`` for ``duration_s`` of stepping, killing a rank every ``kill_every_s``."""
+def run_one(mode: Mode, kill_every_s: float | None, duration_s: float, address: str, workdir: Path, seed: int, settle_s: float = 0.0) -> Timeline:
+    """Run the job ``mode`` for ``duration_s`` of stepping, killing a rank every ``kill_every_s``, from
+    ``settle_s`` after the first step."""
     workdir.mkdir(parents=True, exist_ok=True)
     tag = f"{mode.name.lower()}-{int(kill_every_s or 0)}"
     name = f"goodput-{tag}"
@@ -174,6 +188,13 @@ def run_one(mode: Mode, kill_every_s: float | None, duration_s: float, address: 
         while _read_step(checkpoint) is None:  # the first step: start-up is not measured
             if daemon.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: no first step (see {log})")
+            time.sleep(0.05)
+        # The first seconds of stepping still pay for start-up (standbys constructing beside the
+        # ranks, first calls warming caches): not measured, in every way alike.
+        settled = time.monotonic() + settle_s
+        while time.monotonic() < settled:
+            if daemon.proc.poll() is not None:
+                raise RuntimeError(f"{name}: the daemon exited with {daemon.proc.returncode} (see {log})")
             time.sleep(0.05)
         t0 = time.monotonic()
         first = _read_step(checkpoint) or 0
@@ -200,7 +221,7 @@ def run_one(mode: Mode, kill_every_s: float | None, duration_s: float, address: 
     return timeline
 
 
-def run(fault_free_s: float = 60.0, faulty_s: float = 120.0, seed: int = 0, plot: bool = True, warmup_s: float = 20.0) -> list[Row]:
+def run(fault_free_s: float = 60.0, faulty_s: float = 120.0, seed: int = 0, plot: bool = True, warmup_s: float = 20.0, settle_s: float = 20.0) -> list[Row]:
     import ray
 
     from .common import local_cluster
@@ -216,11 +237,11 @@ def run(fault_free_s: float = 60.0, faulty_s: float = 120.0, seed: int = 0, plot
             for mode in Mode:
                 for kill_every_s in (None, *KILL_RATES_S):
                     duration = fault_free_s if kill_every_s is None else faulty_s
-                    timeline = run_one(mode, kill_every_s, duration, cluster.address, Path(tmp), seed)
+                    timeline = run_one(mode, kill_every_s, duration, cluster.address, Path(tmp), seed, settle_s)
                     timelines[(mode, kill_every_s)] = timeline
                     print(
                         f"goodput {mode.value}, kill every {kill_every_s or '-'} s: {timeline.steps_per_min:.1f} steps/min, "
-                        f"{len(timeline.kills)} kills, {timeline.jobs} job(s)", flush=True,
+                        f"{len(timeline.kills)} kills, {timeline.jobs} job(s); stalls (s): {timeline.stalls()}", flush=True,
                     )  # fmt: skip
     finally:
         ray.shutdown()
