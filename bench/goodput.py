@@ -155,14 +155,14 @@ def _kill_one(name: str, rng: random.Random) -> bool:
     """SIGKILL the process of a random rank; False when no rank can be found now."""
     import ray
 
-    from supervisor.core.worker import send_probe
+    from supervisor.core.heartbeat import wait_for_beat
 
     ranks = _live_ranks(name)
     if not ranks:
         return False
     namespace, actor = ranks[rng.randrange(len(ranks))]
     try:
-        pid = ray.get(send_probe(ray.get_actor(actor, namespace=namespace)), timeout=5)["pid"]
+        pid = wait_for_beat(ray.get_actor(actor, namespace=namespace), timeout_s=5).pid
         os.kill(pid, signal.SIGKILL)
         return True
     except Exception:  # that rank is being replaced: the kill waits for a rank that answers

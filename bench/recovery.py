@@ -20,7 +20,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
-from supervisor.core.worker import send_probe
+from supervisor.core.heartbeat import wait_for_beat
 from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.observability.hooks import ObservingHooks
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
@@ -90,7 +90,7 @@ def run(kills: int = 20, world: int = 4) -> list[Row]:
         for i in range(kills):
             rank = 1 + i % (world - 1)  # rank 0 would also re-run every rank's init (rendezvous rule)
             generation = sup.generation(rank)
-            pid = ray.get(send_probe(group.workers[rank]))["pid"]
+            pid = wait_for_beat(group.workers[rank]).pid
             killed_at.append(time.perf_counter())
             os.kill(pid, signal.SIGKILL)
             while sup.generation(rank) == generation:

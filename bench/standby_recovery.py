@@ -23,7 +23,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
-from supervisor.core.worker import send_probe
+from supervisor.core.heartbeat import wait_for_beat
 from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
@@ -69,7 +69,7 @@ def supervised(world: int, start_s: float, standbys: int) -> tuple[ResourcePool,
 
 def kill_and_time(sup: GroupSupervisor, rank: int) -> float:
     group = sup.group
-    pid = ray.get(send_probe(group.workers[rank]))["pid"]
+    pid = wait_for_beat(group.workers[rank]).pid
     killed = time.perf_counter()
     os.kill(pid, signal.SIGKILL)
     assert group.ping() == list(range(group.world_size))

@@ -215,12 +215,10 @@ def rank_actor(record: Any, group: str, rank: int) -> tuple[str, Any]:
 
 
 def actor_pid(handle: Any, timeout_s: float = 10.0) -> int:
-    """The process id of a supervised actor, asked through its probe (answered even mid-call)."""
-    import ray
+    """The process id of a supervised actor, from its heartbeat (there even while it runs a call)."""
+    from supervisor.core.heartbeat import wait_for_beat
 
-    from supervisor.core.worker import send_probe
-
-    return int(ray.get(send_probe(handle), timeout=timeout_s)["pid"])
+    return wait_for_beat(handle, timeout_s).pid
 
 
 def leftovers(name: str) -> tuple[list[str], list[str], bool]:

@@ -105,10 +105,9 @@ def scraped(tmp_path_factory):
         time.sleep(3)  # steady traffic, scraped
         # A worker SIGKILLed: a failure detected, a restart, a recovery.
         handle = ray.get_actor(record.groups["counters"].actor_names[1], namespace=record.namespace)
-        from supervisor.core.worker import send_probe
+        from supervisor.core.heartbeat import wait_for_beat
 
-        info = ray.get(send_probe(handle), timeout=30)
-        os.kill(info["pid"], signal.SIGKILL)
+        os.kill(wait_for_beat(handle).pid, signal.SIGKILL)
         def explain() -> str:
             ranks = [(r.rank, r.state.value, r.node_id, r.drifted) for r in _record("sv-obs").groups["counters"].ranks]
             return f"ranks {ranks}; daemon exit {daemon.poll()}; its log ends:\n{(tmp / 'daemon.log').read_text()[-6000:]}"

@@ -12,8 +12,8 @@ import torch
 from supervised_workers import RankDependentWorker, SlowStartWorker, WarmUpWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
+from supervisor.core.heartbeat import wait_for_beat
 from supervisor.core.protocol import DataProto
-from supervisor.core.worker import send_probe
 from supervisor.errors import ConfigError
 from supervisor.observability.metrics import REGISTRY
 from supervisor.placement.layout import BundleRef
@@ -78,7 +78,7 @@ def _batch(n):
 
 def _kill_and_time_recovery(group, rank):
     """SIGKILL ``rank``'s process, then time until a call over every rank returns again."""
-    pid = ray.get(send_probe(group.workers[rank]), timeout=30)["pid"]
+    pid = wait_for_beat(group.workers[rank]).pid
     killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     assert group.generate(_batch(4)).batch["ids"].tolist() == [0, 1, 2, 3]

@@ -15,8 +15,8 @@ import torch
 from supervised_workers import RolloutWorker, SlowInitWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
+from supervisor.core.heartbeat import wait_for_beat
 from supervisor.core.protocol import DataProto
-from supervisor.core.worker import send_probe
 from supervisor.observability.hooks import ObservingHooks
 from supervisor.observability.metrics import REGISTRY
 from supervisor.supervision import (
@@ -101,8 +101,8 @@ def _threads_of(group):
 
 
 def _pid(group, rank):
-    # The probe runs in its own concurrency group, so it answers even while a call is running.
-    return ray.get(send_probe(group.workers[rank]), timeout=30)["pid"]
+    # From the rank's heartbeat: there even while the rank runs a call.
+    return wait_for_beat(group.workers[rank]).pid
 
 
 def _wait(predicate, timeout_s=30.0, what="condition"):
@@ -265,6 +265,30 @@ def test_hung_rank_inside_a_call_is_detected_by_its_timeout_and_replaced(ray_clu
         assert (3, "hung") in hooks.replaced
         assert sup.generation(3) == 1
     finally:
+        _teardown(pool, group, sup)
+
+
+def test_a_stopped_rank_is_hung_by_its_silent_heartbeat_while_a_busy_one_is_not(ray_cluster, tmp_path, no_leaks):
+    hooks = RecordingHooks()
+    pool, group, sup = _supervised(tmp_path, hooks=hooks, probe_period_s=0.5, probe_timeout_s=4.0, warm_up=True)
+    stopped = _pid(group, 2)
+    try:
+        (tmp_path / "hang1").touch()  # rank 1's next call sleeps for an hour: busy, not stuck
+        group.workers[1].generate.remote(_batch(1))
+        time.sleep(1.0)
+        os.kill(stopped, signal.SIGSTOP)
+        paused = time.monotonic()
+        _wait(lambda: hooks.failed, timeout_s=30, what="the stopped rank to be found hung")
+        assert [(r, reason) for _, r, reason, _ in hooks.failed] == [(2, "hung")]
+        assert hooks.failed[0][0] - paused < 4.0 + 2 * 0.5 + 2.0
+        _wait(lambda: sup.generation(2) == 1, timeout_s=60, what="the hung rank's replacement")
+        time.sleep(5.0)  # well past probe_timeout_s again: rank 1, busy all along, still beats
+        assert [r for _, r, _, _ in hooks.failed] == [2]
+    finally:
+        try:
+            os.kill(stopped, signal.SIGCONT)  # if it was never replaced
+        except ProcessLookupError:
+            pass
         _teardown(pool, group, sup)
 
 

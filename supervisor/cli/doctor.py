@@ -268,7 +268,7 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
             findings.append(
                 Finding(
                     FindingKind.HUNG, f"{record.name}/{group} rank {rank}", failure.detail,
-                    "a call or probe got no answer: look for a collective waiting on a dead peer, or raise call_timeout_s",
+                    "a call got no answer, or the heartbeat stopped (a stopped or GIL-bound process): look for a collective waiting on a dead peer, or raise call_timeout_s",
                 )  # fmt: skip
             )
         for warning in record.warnings:

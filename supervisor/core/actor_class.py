@@ -31,7 +31,7 @@ class ClassWithInitArgs:
         self.kwargs = kwargs
         self._options: dict[str, Any] = {}
         self._additional_resource: dict[str, Any] = {}
-        self._actor_classes: dict[tuple[tuple[str, int], ...], Any] = {}
+        self._actor_cls: Any = None  # the ray.remote class, made once
         self.fused_worker_used = False
 
     @property
@@ -54,27 +54,23 @@ class ClassWithInitArgs:
     def options(self) -> dict[str, Any]:
         return {**self._additional_resource, **self._options}
 
-    def actor_class(self, concurrency_groups: dict[str, int] | None = None) -> Any:
-        """The ``ray.remote`` class to instantiate, with ``concurrency_groups`` added.
+    def actor_class(self) -> Any:
+        """The ``ray.remote`` class to instantiate.
 
-        Ray accepts concurrency groups only in ``ray.remote(...)``, not in ``.options()``, so a class that
-        arrives already decorated is re-decorated from its Python class with its own defaults plus ours.
+        A class that arrives decorated is used as it is when it is the class the group runs; when
+        :attr:`user_cls` differs from it (an integration mixes the supervisor's endpoints in), that
+        class is decorated with the given class's own ``ray.remote`` defaults.
         """
         import ray
 
-        key = tuple(sorted((concurrency_groups or {}).items()))
-        cached = self._actor_classes.get(key)
-        if cached is not None:
-            return cached
-        if not concurrency_groups and hasattr(self.cls, "__ray_actor_class__"):
-            actor_cls = self.cls
-        else:
-            defaults = dict(getattr(self.cls, "_default_options", None) or {})
-            if concurrency_groups:
-                defaults["concurrency_groups"] = {**(defaults.get("concurrency_groups") or {}), **concurrency_groups}
-            actor_cls = ray.remote(**defaults)(self.user_cls) if defaults else ray.remote(self.user_cls)
-        self._actor_classes[key] = actor_cls
-        return actor_cls
+        if self._actor_cls is None:
+            user_cls = self.user_cls
+            if getattr(self.cls, "__ray_actor_class__", None) is user_cls:
+                self._actor_cls = self.cls
+            else:
+                defaults = dict(getattr(self.cls, "_default_options", None) or {})
+                self._actor_cls = ray.remote(**defaults)(user_cls) if defaults else ray.remote(user_cls)
+        return self._actor_cls
 
     def __call__(self) -> Any:
         """Construct the class locally (no Ray): how colocated roles are built inside one actor."""
@@ -83,5 +79,5 @@ class ClassWithInitArgs:
     def copy(self) -> ClassWithInitArgs:
         clone = copy.copy(self)
         clone._options = dict(self._options)
-        clone._actor_classes = {}
+        clone._actor_cls = None
         return clone

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ClusterUnavailableError, ConfigError, UnknownMethodError
+from ..errors import ClusterUnavailableError, ConfigError, UnknownMethodError, first_line
 from ..fencing import UNFENCED, Fence
 from ..observability.log import get_logger
 from ..placement.layout import BundleRef, BundleSlot, actor_name, validate_name_prefix
@@ -22,11 +22,11 @@ from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
 from .decorator import MethodSpec, get_method_spec
 from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars
+from .heartbeat import clear_beats
 from .rendezvous import pick_rendezvous
 from .worker import (
     FUSED_EXECUTE_METHOD,
     FUSED_METHOD_SEPARATOR,
-    SUPERVISION_CONCURRENCY_GROUPS,
     SupervisedEndpoints,
     fused_method_name,
     send_rendezvous,
@@ -261,13 +261,10 @@ class WorkerGroup:
         )
         if pool.use_gpu:
             options.setdefault("num_gpus", 1 / pool.max_colocate_count)  # an even share unless the class says
-        # Supervised classes carry the supervisor's sentinel and probe, which run in their own groups.
-        groups = SUPERVISION_CONCURRENCY_GROUPS if issubclass(cls_with_init.user_cls, SupervisedEndpoints) else None
         if self.detached:
             options["lifetime"] = "detached"
         try:
-            actor_cls = cls_with_init.actor_class(concurrency_groups=groups)
-            return actor_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
+            handle = cls_with_init.actor_class().options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
         except ValueError as exc:
             if "already taken" in str(exc) or "already exists" in str(exc):
                 raise ConfigError(
@@ -275,6 +272,10 @@ class WorkerGroup:
                     f"WorkerGroup.from_detached(worker_names=[...]) or kill it first"
                 ) from None
             raise
+        if issubclass(cls_with_init.user_cls, SupervisedEndpoints):
+            # Queued first, so the thread runs from right after the constructor, before any user call.
+            handle._supervisor_start_heartbeat.remote()
+        return handle
 
     def _find_actor(self, name: str) -> Any | None:
         import ray
@@ -696,4 +697,8 @@ class WorkerGroup:
         self.fence.kill_actors(workers)
         if workers:
             log.info("group_killed", group=self.name_prefix, actors=len(workers))
+            try:
+                clear_beats(w._actor_id.hex() for w in workers)
+            except Exception as exc:  # a leftover beat is a few bytes in the GCS: not worth failing a kill
+                log.debug("heartbeats_not_cleared", group=self.name_prefix, error=first_line(exc))
 

@@ -14,7 +14,6 @@ import concurrent.futures
 import inspect
 import os
 import socket
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from ..errors import WorkerEnvError
 from .decorator import register
 from .env import STANDBY_ENV_KEY
+from .heartbeat import start_heartbeat
 from .modes import Dispatch, Execute
 
 __all__ = [
@@ -32,8 +32,6 @@ __all__ = [
     "WorkerHelper",
     "find_free_port",
     "node_ip_address",
-    "SUPERVISION_CONCURRENCY_GROUPS",
-    "arm_sentinel",
     "send_probe",
     "send_rendezvous",
     "RUN_IN_ORDER_METHOD",
@@ -43,13 +41,10 @@ __all__ = [
     "fused_method_name",
 ]
 
-# The supervisor's calls run in their own concurrency groups, so they are answered while a user call
-# is busy: the sentinel stays outstanding (Ray fails it the moment the process dies) and the probe
-# answers unless the whole process is stuck. The group is chosen per call (not with @ray.method on the
-# class), so a Worker subclass still works as a plain `ray.remote` actor without these groups.
-SENTINEL_GROUP = "_supervisor_sentinel"
-PROBE_GROUP = "_supervisor_probe"
-SUPERVISION_CONCURRENCY_GROUPS = {SENTINEL_GROUP: 1, PROBE_GROUP: 1}
+# No supervisor call runs in a concurrency group of its own: any group makes Ray run every call of the
+# actor on a thread pool, which costs each of the user's calls. Deaths are seen by a call queued by a
+# watcher and never sent (supervisor.supervision.death_watch), hangs by the heartbeat thread
+# (supervisor.core.heartbeat); the supervisor's own calls queue behind the user's, in order.
 
 # The endpoint that replays several init calls in one (see SupervisedEndpoints._supervisor_run_in_order).
 RUN_IN_ORDER_METHOD = "_supervisor_run_in_order"
@@ -66,19 +61,15 @@ def fused_method_name(role: str, name: str) -> str:
     return f"{role}{FUSED_METHOD_SEPARATOR}{name}"
 
 
-def arm_sentinel(handle: Any, hold_s: float) -> Any:
-    """Start a sentinel call on a supervised actor; Ray fails the returned ref as soon as it dies."""
-    return handle._supervisor_sentinel.options(concurrency_group=SENTINEL_GROUP).remote(hold_s)
-
-
 def send_probe(handle: Any) -> Any:
-    """A health probe answered from the probe thread (returns :meth:`Worker.node_info`)."""
-    return handle._supervisor_probe.options(concurrency_group=PROBE_GROUP).remote()
+    """Ask an actor where it runs (:meth:`SupervisedEndpoints.node_info`): answered once its
+    constructor and the calls queued before this one ran."""
+    return handle.node_info.remote()
 
 
 def send_rendezvous(handle: Any, master_addr: str, master_port: int) -> Any:
-    """Tell a supervised actor a new rendezvous, answered even while it runs a call."""
-    return handle._update_rendezvous.options(concurrency_group=PROBE_GROUP).remote(master_addr, master_port)
+    """Tell a supervised actor a new rendezvous (it takes it after the calls queued before)."""
+    return handle._update_rendezvous.remote(master_addr, master_port)
 
 
 def node_ip_address() -> str:
@@ -160,7 +151,7 @@ class SupervisedEndpoints:
     """What the supervisor calls on every supervised actor, apart from the user's methods.
 
     :class:`Worker` has these; a class written against another Worker base (verl's own) gets them
-    mixed in by its integration, so its actors are detected, probed and told a new rendezvous the
+    mixed in by its integration, so its actors are watched, beat and are told a new rendezvous the
     same way. The class must keep its rank in ``_rank`` and its rendezvous in ``_master_addr`` and
     ``_master_port`` (verl's Worker and ours both do).
     """
@@ -174,14 +165,14 @@ class SupervisedEndpoints:
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "node_ip": node_ip_address(), "pid": os.getpid(), "rank": self._rank}
 
-    def _supervisor_sentinel(self, hold_s: float) -> int:
-        """Stay outstanding for ``hold_s`` seconds, then return this process id (the supervisor re-arms it)."""
-        time.sleep(hold_s)
+    def _supervisor_sentinel(self, _never: Any = None) -> int:
+        """The target of a death watch: queued with an argument that never exists, so it never runs
+        (Ray fails it when this process dies)."""
         return os.getpid()
 
-    def _supervisor_probe(self) -> dict[str, Any]:
-        """Health probe: answers from its own thread, so only a stuck process fails it."""
-        return self.node_info()
+    def _supervisor_start_heartbeat(self) -> dict[str, Any]:
+        """Start this process's heartbeat thread (the group calls it first thing on every actor)."""
+        return start_heartbeat(lambda: self._rank)
 
     def _supervisor_collective(self) -> bool:
         """Whether this process has joined a torch.distributed process group (never imports torch)."""

@@ -3,7 +3,7 @@ checked against it atomically.
 
 A daemon paused past its grace period (SIGSTOP, a VM freeze, a GCS stall) is taken over by a new
 start. When it resumes it may do anything before it notices: a SIGTERM tears down, a driver saves its
-progress, a probe deadline that passed during the pause marks a rank hung and replaces it. None of
+progress, a call timeout that passed during the pause marks a rank hung and replaces it. None of
 that may touch the job the new daemon now owns.
 
 So one small actor per supervisor, :class:`_FenceActor` (named :data:`FENCE_ACTOR_NAME` in the

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.heartbeat import HEARTBEAT_PERIOD_S
 from ..errors import ConfigError, first_line
 from ..placement.budget import WorkerBudget, bundle_misfits
 from ..placement.layout import (
@@ -610,6 +611,11 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.class: expected 'module:Class', got {group.worker_class!r}")
         for key in ("actor_start_timeout_s", "init_timeout_s", "restart_window_s", "probe_period_s", "probe_timeout_s", "call_timeout_s", "shutdown_timeout_s"):
             positive(f"{path}.{key}", getattr(group, key))
+        if group.probe_timeout_s is not None and 0 < group.probe_timeout_s < 2 * HEARTBEAT_PERIOD_S:
+            problems.append(
+                f"{path}.probe_timeout_s: must be at least two heartbeat periods ({2 * HEARTBEAT_PERIOD_S:g}s), "
+                f"got {group.probe_timeout_s:g}"
+            )
         positive(f"{path}.backoff_initial_s", group.backoff_initial_s, allow_zero=True)
         positive(f"{path}.backoff_max_s", group.backoff_max_s, allow_zero=True)
         positive(f"{path}.cpus_per_worker", group.cpus_per_worker, allow_zero=True)

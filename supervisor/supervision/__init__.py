@@ -9,7 +9,7 @@ One module per concern:
 * :mod:`.states`: rank and group states, the one transition check, :class:`RankStatus`;
 * :mod:`.config`: :class:`SupervisionConfig`;
 * :mod:`.reconcile`: the pure ``decide(state, observations, config, now) -> Plan``;
-* :mod:`.detection`: sentinels and probes of running ranks;
+* :mod:`.detection`: death watches and heartbeats of running ranks (:mod:`.death_watch`);
 * :mod:`.recovery`: replacement and init tasks, on threads the supervisor owns;
 * :mod:`.standbys`: pre-started standbys;
 * :mod:`.gate`: what blocking calls see of the group, and how they report failures;

@@ -34,16 +34,17 @@ class SupervisionConfig:
         rejoin_new_rank_zero: when rank 0 is replaced, the live ranks learn its new rendezvous and
             re-run the init (ranks that meet at rank 0). False: they keep serving untouched
             (independent replicas, whose init may not run twice in one process).
-        probe_period_s, probe_timeout_s: health probe cadence and the timeout after which a rank is
-            hung. A rank Ray reports unavailable (unreachable, not known dead), or whose death the GCS
-            has not confirmed, is given ``probe_timeout_s`` too.
+        probe_period_s, probe_timeout_s: how often the ranks' heartbeats are read, and how long a rank
+            may go without a new one before it is hung (at least two heartbeat periods,
+            :data:`~supervisor.core.heartbeat.HEARTBEAT_PERIOD_S`). A rank Ray reports unavailable
+            (unreachable, not known dead), or whose death the GCS has not confirmed, is given
+            ``probe_timeout_s`` too.
         call_timeout_s: a blocking group call not answered by a rank within this is a hang (None: no limit).
         in_flight: outcome of calls in flight when a rank dies (None: RETRY for methods registered
             ``idempotent=True``, RAISE otherwise; a method's own ``on_rank_failure`` wins).
         bundle_wait_timeout_s: how long to wait for a lost node's bundles to be re-placed.
         actor_start_timeout_s: how long a replacement actor may take to come up (its constructor).
         poll_interval_s: longest a supervision pass blocks (bounds the reaction to reports and stop()).
-        sentinel_hold_s: how long one sentinel call stays outstanding before it is re-armed.
         standbys: pre-started actors kept in free bundles (the pool's spares) to take over failed
             ranks; needs a :class:`~supervisor.core.worker.Worker` subclass whose constructor does not
             depend on the rank (rank-dependent setup belongs in ``init_method``).
@@ -67,7 +68,6 @@ class SupervisionConfig:
     bundle_wait_timeout_s: float | None = 600.0
     actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S
     poll_interval_s: float = 0.25
-    sentinel_hold_s: float = 30.0
     standbys: int = 0
     standby_check_s: float = 2.0
     standby_warmup_method: str | None = None

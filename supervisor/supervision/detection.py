@@ -1,10 +1,12 @@
-"""Detection: sentinels, probes and the GCS's word on a death, turned into failures of running ranks.
+"""Detection: death watches, heartbeats and the GCS's word on a death, turned into failures of running ranks.
 
-Every running rank keeps a sentinel call outstanding in its own concurrency group; Ray fails that
-call the moment the process dies, so detection does not rely on polling. Probes (another concurrency
-group) catch processes that are alive but stuck. A death is classified once the GCS has a view of it
-(:func:`~supervisor.supervision.failures.judge_death`): a rank lost with its node is ``node_lost``,
-even when its owner noticed before the GCS did.
+Every running rank has a death watch (:mod:`~supervisor.supervision.death_watch`): a call queued to it
+by a watcher process and never sent, which Ray fails the moment the rank dies, busy or idle, so a
+death is seen without polling. Heartbeats (:mod:`~supervisor.core.heartbeat`), written by a thread of
+the rank's own, catch processes that are alive but stuck: a rank with no new beat for
+``probe_timeout_s`` is hung. Neither runs anything on the actor's call path, so ranks are plain actors.
+A death is classified once the GCS has a view of it (:func:`~supervisor.supervision.failures.judge_death`):
+a rank lost with its node is ``node_lost``, even when its watcher noticed before the GCS did.
 
 Only running ranks are watched: a rank being replaced or initialised belongs to its recovery task.
 """
@@ -12,26 +14,23 @@ Only running ranks are watched: a rank being replaced or initialised belongs to 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.worker import arm_sentinel, send_probe
+from ..core.heartbeat import clear_beats, read_beats
 from ..errors import first_line
 from ..observability.log import get_logger
+from . import death_watch
 from .config import SupervisionConfig
-from .failures import ErrorKind, UnavailableClock, classify_error, judge_death
+from .failures import ErrorKind, UnavailableClock, judge_death
 from .restart_policy import Failure, FailureReason
 
 if TYPE_CHECKING:
     from ..core.group import WorkerGroup
 
-__all__ = ["Detected", "Detector"]
+__all__ = ["BeatClock", "Detected", "Detector"]
 
 log = get_logger("detection")
-
-# Pause before a sentinel that found its rank unreachable is armed again (without it, the loop would
-# spin on an actor that fails every call at once, for the whole of probe_timeout_s).
-UNAVAILABLE_REARM_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,50 @@ class Detected:
 @dataclass
 class _Suspect:
     generation: int
-    error: BaseException
+    kind: ErrorKind
+    detail: str
     seen_at: float
+
+
+@dataclass
+class BeatClock:
+    """When each watched incarnation last showed a new heartbeat, on the supervisor's clock (pure).
+
+    Beats are compared by their counter, never by the writer's clock, so nodes' clocks may differ.
+    Keys are whatever names one incarnation (``(rank, generation)``).
+    """
+
+    patience_s: float
+    _last: dict[object, tuple[int | None, float]] = field(default_factory=dict)
+
+    def watch(self, key: object, now: float) -> None:
+        """Start the clock: a new incarnation has ``patience_s`` from now for its first beat."""
+        self._last[key] = (None, now)
+
+    def forget(self, key: object) -> None:
+        self._last.pop(key, None)
+
+    def forget_if(self, predicate: Callable[[object], bool]) -> None:
+        for key in [k for k in self._last if predicate(k)]:
+            del self._last[key]
+
+    def blind(self, now: float) -> None:
+        """The beats could not be read for a while (the GCS away): nobody is judged on that gap."""
+        self._last = {key: (seq, now) for key, (seq, _) in self._last.items()}
+
+    def seen(self, key: object, seq: int | None, now: float) -> bool:
+        """Record a read of ``key``'s beat (None: it has none); True when it is a new one."""
+        last = self._last.get(key)
+        if last is None:
+            return False
+        if seq is not None and seq != last[0]:
+            self._last[key] = (seq, now)
+            return True
+        return False
+
+    def silent(self, now: float) -> dict[object, float]:
+        """Incarnations with no new beat for longer than ``patience_s``, and for how long."""
+        return {key: now - at for key, (_, at) in self._last.items() if now - at > self.patience_s}
 
 
 class Detector:
@@ -54,7 +95,7 @@ class Detector:
 
     Args:
         group: the supervised group (its current actors).
-        config: probe cadence and timeouts.
+        config: heartbeat reads (``probe_period_s``) and the hang timeout (``probe_timeout_s``).
         clock: the loop's monotonic clock.
         running: ``rank -> generation`` of the ranks that run now (read at every pass).
         node_of: the node a rank runs on, as far as the supervisor knows.
@@ -66,64 +107,100 @@ class Detector:
     ) -> None:  # fmt: skip
         self.group, self.config, self.clock = group, config, clock
         self._running, self._node_of = running, node_of
-        self._sentinels: dict[Any, tuple[int, int]] = {}
-        self._probes: dict[Any, tuple[int, int, float]] = {}
-        self._next_probe: dict[int, float] = {}
+        self._watches: dict[Any, tuple[int, int]] = {}  # death watch -> (rank, generation)
+        self._beats = BeatClock(config.probe_timeout_s)
+        self._actor_ids: dict[int, str] = {}  # rank -> the actor watched (its beats' key)
+        self._next_read = 0.0
+        self._blind = False  # the last read of the beats failed
+        self._last_read: float | None = None  # when the beats were last read
+        self._hung: list[Detected] = []  # found by the last read of the beats, for collect()
         self._suspects: dict[int, _Suspect] = {}
-        self._rearm_at: dict[int, tuple[int, float]] = {}  # rank -> (generation, when its sentinel is armed again)
+        self._rewatch_at: dict[int, tuple[int, float]] = {}  # rank -> (generation, when it is watched again)
         self._unavailable = UnavailableClock(config.probe_timeout_s, clock)
-        self.node_updates: dict[int, str] = {}  # nodes the probes reported, for the supervisor's view
+        self.node_updates: dict[int, str] = {}  # nodes the beats reported, for the supervisor's view
 
-    # -- arming ---------------------------------------------------------------------------------
+    # -- watching -------------------------------------------------------------------------------
     def watch(self, rank: int, generation: int) -> None:
         """Start watching ``rank``'s current actor (after it started or re-joined)."""
         self.forget(rank)
+        actor_id = self.group.workers[rank]._actor_id.hex()
+        previous = self._actor_ids.get(rank)
+        if previous is not None and previous != actor_id:
+            _clear_beats_quietly([previous])  # the incarnation it replaced is gone: so is its last beat
+        self._actor_ids[rank] = actor_id
         self._arm(rank, generation)
-        self._next_probe[rank] = self.clock() + self.config.probe_period_s
+        self._beats.watch((rank, generation), self.clock())
 
     def _arm(self, rank: int, generation: int) -> None:
-        self._sentinels[arm_sentinel(self.group.workers[rank], self.config.sentinel_hold_s)] = (rank, generation)
+        self._watches[death_watch.watch(self.group.workers[rank])] = (rank, generation)
 
     def forget(self, rank: int) -> None:
         """Stop watching ``rank`` (its recovery task owns it now)."""
-        self._sentinels = {ref: v for ref, v in self._sentinels.items() if v[0] != rank}
-        self._probes = {ref: v for ref, v in self._probes.items() if v[0] != rank}
+        for ref in [ref for ref, (r, _) in self._watches.items() if r == rank]:
+            del self._watches[ref]
+            death_watch.unwatch(ref)
+        self._beats.forget_if(lambda key: isinstance(key, tuple) and key[0] == rank)
+        self._hung = [d for d in self._hung if d.failure.rank != rank]
         self._suspects.pop(rank, None)
-        self._rearm_at.pop(rank, None)
+        self._rewatch_at.pop(rank, None)
         self._unavailable.forget(lambda key: isinstance(key, tuple) and key[0] == rank)
+
+    def close(self) -> None:
+        """Stop every watch (the supervisor stops; the ranks are left alone)."""
+        for rank in {r for r, _ in self._watches.values()}:
+            self.forget(rank)
 
     # -- one pass -------------------------------------------------------------------------------
     def refs(self) -> list[Any]:
-        return [*self._sentinels, *self._probes]
+        return list(self._watches)
 
     def wait_s(self, timeout_s: float) -> float:
-        """How long the pass may block: until the next probe is due or expires, or a suspect is judged again."""
-        if self._suspects:
+        """How long the pass may block: until the beats are read next, or a suspect is judged again."""
+        if self._suspects or self._hung:
             return min(timeout_s, 0.05)
-        busy = {rank for rank, _, _ in self._probes.values()}
-        due = [t for rank, t in self._next_probe.items() if rank not in busy]
-        due += [sent + self.config.probe_timeout_s for _, _, sent in self._probes.values()]
-        due += [at for _, at in self._rearm_at.values()]
-        if not due:
-            return timeout_s
+        due = [self._next_read, *(at for _, at in self._rewatch_at.values())]
         return max(0.01, min(timeout_s, min(due) - self.clock()))
 
-    def send_due_probes(self) -> None:
-        """Send the probes that are due, and re-arm the sentinels of ranks that were unreachable."""
+    def read_due_beats(self) -> None:
+        """Read the running ranks' heartbeats when due, and start the watches that were paused."""
         now = self.clock()
-        for rank, (generation, at) in list(self._rearm_at.items()):
+        for rank, (generation, at) in list(self._rewatch_at.items()):
             if now >= at:
-                del self._rearm_at[rank]
+                del self._rewatch_at[rank]
                 if self._running().get(rank) == generation:
                     self._arm(rank, generation)
-        busy = {rank for rank, _, _ in self._probes.values()}
-        for rank, generation in self._running().items():
-            if rank not in busy and now >= self._next_probe.get(rank, 0.0):
-                self._probes[send_probe(self.group.workers[rank])] = (rank, generation, now)
-                self._next_probe[rank] = now + self.config.probe_period_s
+        if now < self._next_read:
+            return
+        self._next_read = now + self.config.probe_period_s
+        running = self._running()
+        ids = {rank: self._actor_ids[rank] for rank in running if rank in self._actor_ids}
+        try:
+            beats = read_beats(ids.values())
+        except Exception as exc:  # the GCS is away: nobody is judged on what could not be read
+            if not self._blind:
+                log.warning("heartbeats_unreadable", group=self.group.name, error=first_line(exc))
+            self._blind = True
+            return
+        # Not read for a whole timeout (this process was paused or starved, or the GCS was away): the
+        # ranks' silence is ours, not theirs.
+        if self._blind or (self._last_read is not None and now - self._last_read > self.config.probe_timeout_s):
+            self._blind = False
+            self._beats.blind(now)
+        self._last_read = now
+        for rank, actor_id in ids.items():
+            beat = beats.get(actor_id)
+            if self._beats.seen((rank, running[rank]), beat.seq if beat else None, now) and beat is not None:
+                self.node_updates[rank] = beat.node_id
+        for key, silent_s in self._beats.silent(now).items():
+            rank, generation = key  # type: ignore[misc]
+            self._beats.forget(key)
+            if running.get(rank) == generation and rank not in self._suspects:
+                self._hung.append(
+                    self._detected(rank, generation, FailureReason.HUNG, f"no heartbeat for {silent_s:.0f}s")
+                )
 
     def collect(self, ready: list[Any]) -> list[Detected]:
-        """Failures among the ``ready`` refs, expired probes and suspects the GCS has now judged."""
+        """Failures among the ``ready`` watches, silent ranks and suspects the GCS has now judged."""
         running = self._running()
         found: list[Detected] = []
         alive: set[str] | None = None
@@ -136,7 +213,8 @@ class Detector:
 
         for ref in ready:
             found += self._on_ready(ref, running)
-        found += self._expired_probes(running)
+        found += [d for d in self._hung if running.get(d.failure.rank) == d.generation]
+        self._hung = []
         for rank, suspect in list(self._suspects.items()):
             if running.get(rank) != suspect.generation:
                 del self._suspects[rank]
@@ -150,72 +228,39 @@ class Detector:
     def _on_ready(self, ref: Any, running: dict[int, int]) -> list[Detected]:
         import ray
 
-        sentinel = ref in self._sentinels
-        if sentinel:
-            rank, generation = self._sentinels.pop(ref)
-        else:
-            rank, generation, _ = self._probes.pop(ref)
+        rank, generation = self._watches.pop(ref)
         if running.get(rank) != generation:
             return []  # an earlier incarnation
         try:
-            info = ray.get(ref)
-        except Exception as exc:
-            kind = classify_error(exc)
-            if kind is ErrorKind.UNAVAILABLE:
-                # Temporarily unreachable (Ray says so), not known dead: asked again, for a while.
-                lasted = self._unavailable.unavailable((rank, generation))
-                if lasted is not None:
-                    return [
-                        self._detected(
-                            rank,
-                            generation,
-                            FailureReason.HUNG,
-                            f"unavailable for {lasted:.0f}s: {first_line(exc)}",
-                        )
-                    ]
-                if sentinel:  # asked again after a pause: an unreachable actor fails it at once
-                    self._rearm_at[rank] = (generation, self.clock() + UNAVAILABLE_REARM_S)
-                return []
-            if kind in (ErrorKind.DIED, ErrorKind.INIT_FAILED):
-                if rank not in self._suspects:
-                    self._suspects[rank] = _Suspect(generation, exc, self.clock())
-                return []  # judged in collect(), with the GCS's view
-            return [self._detected(rank, generation, FailureReason.DIED, first_line(exc))] if sentinel else []
-        self._unavailable.answered((rank, generation))
-        if sentinel:
-            self._arm(rank, generation)
-        elif isinstance(info, dict) and info.get("node_id"):
-            self.node_updates[rank] = info["node_id"]
-        return []
+            notice = ray.get(ref)
+        except ray.exceptions.RayError as exc:  # the watcher was lost, not the rank: watch again
+            log.warning("death_watch_lost", group=self.group.name, rank=rank, error=first_line(exc))
+            death_watch.replace_lost_watcher()
+            self._rewatch_at[rank] = (generation, self.clock() + death_watch.REWATCH_PAUSE_S)
+            return []
+        if notice.kind is ErrorKind.UNAVAILABLE:
+            # Temporarily unreachable (Ray says so), not known dead: watched again, for a while.
+            lasted = self._unavailable.unavailable((rank, generation))
+            if lasted is not None:
+                return [self._detected(rank, generation, FailureReason.HUNG, f"unavailable for {lasted:.0f}s: {notice.detail}")]
+            self._rewatch_at[rank] = (generation, self.clock() + death_watch.REWATCH_PAUSE_S)
+            return []
+        if rank not in self._suspects:
+            self._suspects[rank] = _Suspect(generation, notice.kind, notice.detail, self.clock())
+        return []  # judged in collect(), with the GCS's view
 
     def _judge(self, rank: int, suspect: _Suspect, alive: set[str]) -> Detected | None:
         actor_id = self.group.workers[rank]._actor_id.hex()
         dead, end_s = _actor_death(actor_id)
         verdict = judge_death(
-            suspect.error, self._node_of(rank), alive, dead, self.clock() - suspect.seen_at, self.config.probe_timeout_s
+            suspect.kind, suspect.detail, self._node_of(rank), alive, dead, self.clock() - suspect.seen_at,
+            self.config.probe_timeout_s,
         )  # fmt: skip
         if verdict.reason is None:
             return None
         # A running rank's constructor ran long ago: init_failed here is a death too.
         reason = FailureReason.DIED if verdict.reason is FailureReason.INIT_FAILED else verdict.reason
         return self._detected(rank, suspect.generation, reason, verdict.detail, died_at_wall=end_s)
-
-    def _expired_probes(self, running: dict[int, int]) -> list[Detected]:
-        now = self.clock()
-        out = []
-        for ref, (rank, generation, sent) in list(self._probes.items()):
-            if now - sent > self.config.probe_timeout_s:
-                del self._probes[ref]
-                if running.get(rank) == generation and rank not in self._suspects:
-                    out.append(
-                        self._detected(
-                            rank,
-                            generation,
-                            FailureReason.HUNG,
-                            f"health probe unanswered for {self.config.probe_timeout_s:g}s",
-                        )
-                    )
-        return out
 
     def _detected(
         self,
@@ -228,6 +273,13 @@ class Detector:
         return Detected(
             Failure(rank, reason, detail, self._node_of(rank)), generation, self.clock(), died_at_wall
         )
+
+
+def _clear_beats_quietly(actor_ids: list[str]) -> None:
+    try:
+        clear_beats(actor_ids)
+    except Exception as exc:  # a leftover beat is a few bytes: not worth failing a watch for
+        log.debug("heartbeat_not_cleared", error=first_line(exc))
 
 
 def _alive_nodes() -> set[str]:

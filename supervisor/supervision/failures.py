@@ -1,7 +1,7 @@
 """One failure classifier: what a Ray error, or a call that did not answer, says about a rank, and
 which errors of a recovery step are transient.
 
-Detection (sentinels, probes), supervised calls, recovery tasks, ``init_group`` and adoption all ask
+Detection (death watches, heartbeats), supervised calls, recovery tasks, ``init_group`` and adoption all ask
 here, so they agree on what is a death, a hang, a lost node, a failed constructor, or only a rank
 that cannot be reached for now.
 
@@ -26,7 +26,7 @@ import enum
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from ..errors import ActorStartError, first_line
+from ..errors import ActorStartError
 from .restart_policy import FailureReason
 
 __all__ = ["ErrorKind", "classify_error", "DeathVerdict", "judge_death", "UnavailableClock", "is_transient"]
@@ -61,7 +61,8 @@ class DeathVerdict:
 
 
 def judge_death(
-    exc: BaseException,
+    kind: ErrorKind,
+    detail: str,
     node_id: str | None,
     alive_nodes: Collection[str],
     actor_dead_in_gcs: bool,
@@ -71,17 +72,16 @@ def judge_death(
     """Why a rank died, from the GCS's view of its node and its actor (pure).
 
     Args:
-        exc: the error its sentinel, probe or call got.
+        kind, detail: what Ray said when it failed the rank's death watch (:func:`classify_error`).
         node_id: the node it ran on (None: unknown).
         alive_nodes: nodes the GCS calls alive now.
         actor_dead_in_gcs: the GCS records the actor as DEAD.
         waited_s: how long this death has been waiting for the GCS to confirm it.
         patience_s: how long to wait for that (then it is a plain death).
     """
-    detail = first_line(exc)
     if node_id is not None and node_id not in alive_nodes:
         return DeathVerdict(FailureReason.NODE_LOST, detail)
-    if classify_error(exc) is ErrorKind.INIT_FAILED:
+    if kind is ErrorKind.INIT_FAILED:
         return DeathVerdict(FailureReason.INIT_FAILED, detail)
     if actor_dead_in_gcs or waited_s >= patience_s:
         return DeathVerdict(FailureReason.DIED, detail)

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..core.actor_class import ClassWithInitArgs
 from ..core.group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup
+from ..core.heartbeat import Beat, read_beats
 from ..core.worker import send_probe
 from ..errors import ActorStartError, SupervisorError, ray_error_line
 from ..observability.hooks import LifecycleHooks, default_hooks
@@ -42,6 +43,8 @@ log = get_logger("lifecycle")
 
 # How long a new actor may take to come up once its bundle is ready (its constructor, imports).
 ACTOR_START_TIMEOUT_S = 120.0
+# How often adoption looks at the heartbeats of adopted ranks that are busy (a heartbeat period's half).
+ADOPT_BEAT_POLL_S = 0.5
 
 
 class InitGroupError(SupervisorError):
@@ -154,8 +157,7 @@ def adopt_group(
         placement=placement,
     )
     new = {r for r in range(group.world_size) if r not in group.adopted_ranks}
-    # Asked in the supervision concurrency group: an adopted rank busy in a long call is not stuck.
-    nodes, problems = _started_nodes(group, sorted(group.adopted_ranks), actor_start_timeout_s, probe=True)
+    nodes, problems = _adopted_nodes(group, sorted(group.adopted_ranks), actor_start_timeout_s)
     for rank in sorted(problems):  # rank 0 first: its replacement picks the new rendezvous
         log.warning("adopted_worker_unresponsive", group=group.name, rank=rank, problem=problems[rank])
         group.replace_worker(rank)
@@ -176,12 +178,53 @@ def adopt_group(
     return group, sorted(new)
 
 
-def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float, probe: bool = False) -> tuple[dict[int, str], dict[int, str]]:
-    """Ask ``ranks`` for their node (with the supervision probe when ``probe``); returns ``{rank: node}``
-    and ``{rank: why it did not answer}``."""
+def _adopted_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float) -> tuple[dict[int, str], dict[int, str]]:
+    """Which adopted ``ranks`` are alive: ``{rank: node}`` and ``{rank: why not}``.
+
+    A rank is alive when it answers where it runs, or, while it is busy in a long call (the answer
+    queues behind it), when its heartbeat moves on; it is not when the question fails (it died) or
+    neither happens within ``timeout_s``.
+    """
     import ray
 
-    refs = {(send_probe(group.workers[rank]) if probe else group.workers[rank].node_info.remote()): rank for rank in ranks}
+    refs = {send_probe(group.workers[rank]): rank for rank in ranks}
+    ids = {rank: group.workers[rank]._actor_id.hex() for rank in ranks}
+    first = _beats_quietly(ids.values())
+    nodes: dict[int, str] = {}
+    problems: dict[int, str] = {}
+    deadline = time.monotonic() + timeout_s
+    while refs:
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=min(ADOPT_BEAT_POLL_S, max(0.0, deadline - time.monotonic())))
+        for ref in ready:
+            rank = refs.pop(ref)
+            try:
+                nodes[rank] = ray.get(ref)["node_id"]
+            except ray.exceptions.RayError as exc:
+                problems[rank] = ray_error_line(exc)  # it names the kind: constructor raised, died, unavailable
+        beats = _beats_quietly(ids[rank] for rank in refs.values())
+        for ref, rank in list(refs.items()):
+            beat, before = beats.get(ids[rank]), first.get(ids[rank])
+            if beat is not None and (before is None or beat.seq != before.seq):
+                nodes[rank] = beat.node_id  # busy, and beating: alive
+                del refs[ref]
+        if refs and time.monotonic() >= deadline:
+            problems.update({rank: f"no answer and no heartbeat in {timeout_s:.0f}s" for rank in refs.values()})
+            break
+    return nodes, problems
+
+
+def _beats_quietly(actor_ids: Any) -> dict[str, Beat]:
+    try:
+        return read_beats(actor_ids)
+    except Exception:  # the GCS is away for now: the answers still count, and the next read may work
+        return {}
+
+
+def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float) -> tuple[dict[int, str], dict[int, str]]:
+    """Ask ``ranks`` for their node; returns ``{rank: node}`` and ``{rank: why it did not answer}``."""
+    import ray
+
+    refs = {send_probe(group.workers[rank]): rank for rank in ranks}
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     nodes: dict[int, str] = {}
     problems: dict[int, str] = {refs[r]: f"not started after {timeout_s:.0f}s" for r in pending}

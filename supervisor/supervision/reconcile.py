@@ -157,7 +157,7 @@ class Plan:
     restarts: tuple[RestartRecord, ...] = ()  # charged now (replacements started, ranks the init rebuilt)
     replacements: tuple[Replacement, ...] = ()  # start these replacement tasks
     init: InitOrder | None = None  # start this init task
-    serving: tuple[int, ...] = ()  # ranks that run again (their sentinels are re-armed)
+    serving: tuple[int, ...] = ()  # ranks that run again (they are watched again)
     renewed: tuple[int, ...] = ()  # those of them that run a new actor (a new generation)
     escalation: str | None = None  # the group is FAILED, because of this
     wake_at: float | None = None  # the earliest backoff that ends (nothing is due before)

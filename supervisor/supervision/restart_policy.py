@@ -35,7 +35,7 @@ class FailureReason(enum.Enum):
     """Why a rank is replaced (the ``reason`` label of ``supervisor_worker_restarts_total``)."""
 
     DIED = "died"  # the actor process died (SIGKILL, OOM kill, os._exit, ray.kill)
-    HUNG = "hung"  # alive, but a call or probe did not answer within its timeout
+    HUNG = "hung"  # alive, but a call did not answer within its timeout, or its heartbeat stopped
     NODE_LOST = "node_lost"  # its node was removed or died
     INIT_FAILED = "init_failed"  # its replacement failed to initialise
 

@@ -7,14 +7,16 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.worker import Worker, arm_sentinel
+from ..core.worker import Worker
 from ..errors import ConfigError, first_line, ray_error_line
 from ..observability.log import get_logger
 from ..placement.standby import BundleRef, free_bundles, standby_bundles
+from . import death_watch
 from .config import STANDBY_FAILURE_LIMIT, SupervisionConfig
+from .failures import ErrorKind
 
 if TYPE_CHECKING:
-    from ..core.group import WorkerGroup
+    from ..core.group import Standby, WorkerGroup
     from ..observability.hooks import LifecycleHooks
 
 __all__ = ["StandbyKeeper", "check_standby_config"]
@@ -54,7 +56,8 @@ class StandbyKeeper:
         self._lock = threading.Lock()
         self._ready: dict[BundleRef, str] = {}  # ready standbys and their node
         self._starting: dict[Any, BundleRef] = {}  # readiness call -> bundle
-        self._sentinels: dict[Any, BundleRef] = {}
+        self._watches: dict[Any, BundleRef] = {}  # death watch -> bundle of a ready standby
+        self._rewatch_at: dict[BundleRef, float] = {}  # standbys whose watch is started again then
         self.consecutive_failures = 0  # standbys that died before they were ready, in a row
         self._next_check = 0.0
 
@@ -87,7 +90,13 @@ class StandbyKeeper:
 
         if not self.enabled:
             return
-        refs = [*self._starting, *self._sentinels]
+        now = self.clock()
+        for bundle, at in list(self._rewatch_at.items()):
+            if now >= at:
+                del self._rewatch_at[bundle]
+                if bundle in self.group.standbys:
+                    self._watch_death(bundle)
+        refs = [*self._starting, *self._watches]
         if refs:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in ready:
@@ -121,52 +130,82 @@ class StandbyKeeper:
             self._starting[ready] = bundle
 
     def _on_ref(self, ref: Any) -> None:
-        """A standby's readiness call or its sentinel returned: it is ready, alive, or dead."""
-        import ray
-
+        """A standby's readiness call answered, or its death watch resolved."""
         with self._lock:
             starting = ref in self._starting
-            bundle = self._starting.pop(ref, None) or self._sentinels.pop(ref, None)
+            bundle = self._starting.pop(ref, None) or self._watches.pop(ref, None)
         standby = self.group.standbys.get(bundle) if bundle is not None else None
         if standby is None:
             return  # it took over a rank meanwhile
+        if starting:
+            self._on_readiness(standby, ref)
+        else:
+            self._on_death_watch(standby, ref)
+
+    def _on_readiness(self, standby: Standby, ref: Any) -> None:
+        import ray
+
         try:
             result = ray.get(ref)
-        except ray.exceptions.ActorUnavailableError:  # unreachable for now, not dead: look again
-            result = None
-        except ray.exceptions.RayError as exc:
-            self._forget(standby.bundle)
-            self.group.drop_standby(standby.bundle)
-            self._next_check = 0.0
-            if starting:
-                self.consecutive_failures += 1
-                if self.consecutive_failures == STANDBY_FAILURE_LIMIT:
-                    log.error(
-                        "standbys_disabled",
-                        group=self.group.name,
-                        failures=STANDBY_FAILURE_LIMIT,
-                        last_error=ray_error_line(exc),
-                    )
-            self.hooks.on_standby_failed(self.group.name, standby.name, ray_error_line(exc))
-            return
-        if starting and result is not None:
-            self.consecutive_failures = 0
-            with self._lock:
-                self._ready[standby.bundle] = result["node_id"]
-            log.info("standby_ready", group=self.group.name, actor=standby.name, node=result["node_id"])
-            self.publish()
-        elif starting:
+        except ray.exceptions.ActorUnavailableError:  # unreachable for now, not dead: ask again
             self._watch_starting(standby.bundle)
             return
-        self._sentinels[arm_sentinel(standby.handle, self.config.sentinel_hold_s)] = standby.bundle
+        except ray.exceptions.RayError as exc:
+            self._drop(standby, ray_error_line(exc), before_ready=True)
+            return
+        self.consecutive_failures = 0
+        with self._lock:
+            self._ready[standby.bundle] = result["node_id"]
+        log.info("standby_ready", group=self.group.name, actor=standby.name, node=result["node_id"])
+        self.publish()
+        self._watch_death(standby.bundle)
+
+    def _on_death_watch(self, standby: Standby, ref: Any) -> None:
+        import ray
+
+        try:
+            notice = ray.get(ref)
+        except ray.exceptions.RayError:  # the watcher was lost, not the standby: watch again with a new one
+            death_watch.replace_lost_watcher()
+            self._rewatch_at[standby.bundle] = self.clock() + death_watch.REWATCH_PAUSE_S
+            return
+        if notice.kind is ErrorKind.UNAVAILABLE:  # unreachable for now, not known dead
+            self._rewatch_at[standby.bundle] = self.clock() + death_watch.REWATCH_PAUSE_S
+            return
+        self._drop(standby, notice.detail, before_ready=False)
+
+    def _drop(self, standby: Standby, why: str, before_ready: bool) -> None:
+        self._forget(standby.bundle)
+        self.group.drop_standby(standby.bundle)
+        self._next_check = 0.0
+        if before_ready:
+            self.consecutive_failures += 1
+            if self.consecutive_failures == STANDBY_FAILURE_LIMIT:
+                log.error("standbys_disabled", group=self.group.name, failures=STANDBY_FAILURE_LIMIT, last_error=why)
+        self.hooks.on_standby_failed(self.group.name, standby.name, why)
+
+    def _watch_death(self, bundle: BundleRef) -> None:
+        with self._lock:
+            self._watches[death_watch.watch(self.group.standbys[bundle].handle)] = bundle
 
     def _forget(self, bundle: BundleRef) -> None:
         with self._lock:
             self._ready.pop(bundle, None)
-            for refs in (self._starting, self._sentinels):
-                for ref in [r for r, b in refs.items() if b == bundle]:
-                    del refs[ref]
+            self._rewatch_at.pop(bundle, None)
+            for ref in [r for r, b in self._starting.items() if b == bundle]:
+                del self._starting[ref]
+            for ref in [r for r, b in self._watches.items() if b == bundle]:
+                del self._watches[ref]
+                death_watch.unwatch(ref)
         self.publish()
+
+    def close(self) -> None:
+        """Stop watching the standbys (the supervisor stops; they are left alone)."""
+        with self._lock:
+            watches, self._watches = list(self._watches), {}
+            self._rewatch_at.clear()
+        for ref in watches:
+            death_watch.unwatch(ref)
 
     def publish(self) -> None:
         # Also for a group without standbys (0 of 0): its panels show that rather than no data.

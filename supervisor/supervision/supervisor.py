@@ -3,8 +3,8 @@
 One reconcile loop per group, in the shape of controller-runtime's reconcilers and Ray Train v2's
 controller. Each pass of :meth:`GroupSupervisor.step`:
 
-1. **observes**: sentinel completions, probe answers, failures reported by in-flight calls, finished
-   recovery tasks, and (while a rank is down) where the group's bundles and standbys are;
+1. **observes**: death watches that resolved, ranks whose heartbeat went silent, failures reported
+   by in-flight calls, finished recovery tasks, and (while a rank is down) where the group's bundles and standbys are;
 2. **decides**: the pure :func:`~supervisor.supervision.reconcile.decide` derives the whole next plan
    from the whole state;
 3. **executes**: emits the plan's transitions through the lifecycle hooks (metrics, logs, the
@@ -29,6 +29,7 @@ from ..placement.cluster_state import read_snapshot
 from ..placement.drift import RankPlacement, compute_drift, count_drifted
 from ..placement.resources import diagnose
 from ..placement.standby import BundleRef, Replacement, ReplacementKind, free_bundles
+from . import death_watch
 from .config import SupervisionConfig
 from .detection import Detected, Detector
 from .gate import CallGate
@@ -52,7 +53,7 @@ __all__ = ["GroupSupervisor", "GroupFailedError", "RankStatus"]
 
 log = get_logger("supervision")
 
-# While recovery tasks run, how often the loop looks at sentinels and probes between task outcomes.
+# While recovery tasks run, how often the loop looks at death watches and heartbeats between task outcomes.
 TASK_POLL_S = 0.01
 
 
@@ -111,6 +112,7 @@ class GroupSupervisor:
         self._detector = Detector(group, self.config, clock, self._running_generations, self._node_of)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._released = True  # no death watch is held until start()
 
     # -- public surface -------------------------------------------------------------------------
     @property
@@ -149,9 +151,11 @@ class GroupSupervisor:
         return self._tasks.running()
 
     def start(self) -> GroupSupervisor:
-        """Arm the sentinels and supervise in a background thread."""
+        """Watch every rank and supervise in a background thread."""
         if self._thread is not None:
             return self
+        death_watch.acquire()
+        self._released = False
         # Blocking group calls go through the supervisor only once something drives recovery.
         self.group.supervisor = self
         self.group.on_rendezvous_picked = lambda rendezvous: self.hooks.on_supervision_changed(self.group.name)
@@ -179,6 +183,13 @@ class GroupSupervisor:
         left = self._tasks.stop(max(0.0, timeout_s - (time.monotonic() - started)))
         if left:  # blocked in a Ray call that ends at its own timeout; their outcome is dropped
             log.warning("recovery_tasks_left_running", group=self.group.name, tasks=left)
+        if not self._released:
+            self._released = True
+            try:
+                self._detector.close()
+                self.standby.close()
+            finally:
+                death_watch.release()
         with self.gate.cond:
             self.gate.stopped = True
             self.gate.cond.notify_all()
@@ -218,7 +229,7 @@ class GroupSupervisor:
         import ray
 
         detector = self._detector
-        detector.send_due_probes()
+        detector.read_due_beats()
         refs = detector.refs()
         with self.gate.cond:
             pending = bool(self.gate.reports or self._finished)

@@ -197,7 +197,7 @@ class VerlRanks(WorkerGroup):
 
 
 def _supervised_class(user_cls: type) -> type:
-    """``user_cls`` with the supervisor's endpoints (sentinel, probe, node info, rendezvous) mixed in,
+    """``user_cls`` with the supervisor's endpoints (death-watch target, heartbeat, node info, rendezvous) mixed in,
     under the user's class name (verl's actor names use it)."""
     cached = _SUPERVISED.get(user_cls)
     if cached is None:
@@ -590,9 +590,7 @@ def _collective(group: WorkerGroup, timeout_s: float = 60.0) -> bool:
     the program's successful call into an error here."""
     import ray
 
-    from ...core.worker import PROBE_GROUP
-
-    refs = [w._supervisor_collective.options(concurrency_group=PROBE_GROUP).remote() for w in group.workers]
+    refs = [w._supervisor_collective.remote() for w in group.workers]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     answers = []
     for ref in ready:

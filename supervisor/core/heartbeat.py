@@ -1,0 +1,143 @@
+"""Heartbeats: every supervised actor's own thread writes a counter to the GCS key-value store.
+
+This is how the supervisor sees a rank that is alive but stuck without running anything on the
+actor's call path. A call-based probe would need a concurrency group of its own to be answered while
+a user call runs, and any concurrency group makes Ray run *every* call of the actor on a thread
+pool instead of its main thread, which costs each of the user's calls (bench/detection_cost.py).
+The thread needs the GIL and the process's GCS connection, as a probe did: a stopped process
+(SIGSTOP), one stuck in C code holding the GIL or one cut off from the GCS stops beating; one
+busy in a long call does not.
+
+A beat is ``{"seq", "node", "pid", "rank"}`` under the actor's id in :data:`HEARTBEAT_NAMESPACE`.
+The supervisor compares ``seq`` with what it saw before, on its own clock, so clocks of different
+nodes are never compared. One put per actor every :data:`HEARTBEAT_PERIOD_S` (1,024 ranks: about a
+thousand small puts a second, which the GCS's in-memory store serves well).
+
+This module runs inside every actor: it stays light (no torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Beat",
+    "HEARTBEAT_NAMESPACE",
+    "HEARTBEAT_PERIOD_S",
+    "start_heartbeat",
+    "read_beats",
+    "clear_beats",
+    "wait_for_beat",
+]
+
+HEARTBEAT_NAMESPACE = "ray_supervisor_heartbeat"
+# How often a rank beats. The supervisor calls a rank hung after probe_timeout_s without a new beat,
+# so that must be a few periods (the spec checks it is at least two).
+HEARTBEAT_PERIOD_S = 1.0
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat of an actor: a counter that grows, and where the actor runs."""
+
+    seq: int
+    node_id: str
+    pid: int
+    rank: int | None
+
+    def encode(self) -> bytes:
+        return json.dumps({"seq": self.seq, "node": self.node_id, "pid": self.pid, "rank": self.rank}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Beat:
+        doc = json.loads(raw)
+        return cls(int(doc["seq"]), str(doc["node"]), int(doc["pid"]), None if doc.get("rank") is None else int(doc["rank"]))
+
+
+def _gcs() -> Any:
+    from ray.experimental import internal_kv
+
+    if not internal_kv._internal_kv_initialized():
+        raise ConnectionError("not connected to Ray: heartbeats are kept in its GCS")
+    return internal_kv.internal_kv_get_gcs_client()
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, actor_id: str, node_id: str, rank_of: Callable[[], int | None]) -> None:
+        super().__init__(name="supervisor-heartbeat", daemon=True)
+        self.actor_id, self.node_id, self.rank_of = actor_id, node_id, rank_of
+
+    def run(self) -> None:
+        seq = 0
+        key = self.actor_id.encode()
+        while True:
+            seq += 1
+            try:
+                beat = Beat(seq, self.node_id, os.getpid(), self.rank_of())
+                _gcs().internal_kv_put(key, beat.encode(), True, HEARTBEAT_NAMESPACE.encode())
+            except Exception:  # the GCS is away for now: the supervisor sees the missing beats
+                pass
+            time.sleep(HEARTBEAT_PERIOD_S)
+
+
+_started: _Heartbeat | None = None
+_start_lock = threading.Lock()
+
+
+def start_heartbeat(rank_of: Callable[[], int | None]) -> dict[str, Any]:
+    """Start this actor process's heartbeat thread (once; later calls find it running).
+
+    Args:
+        rank_of: the rank to report in each beat (a standby has none until it takes one over).
+
+    Returns:
+        ``{"actor_id", "node_id", "pid"}``.
+    """
+    import ray
+
+    global _started
+    ctx = ray.get_runtime_context()
+    with _start_lock:
+        if _started is None:
+            _started = _Heartbeat(ctx.get_actor_id(), ctx.get_node_id(), rank_of)
+            _started.start()
+        return {"actor_id": _started.actor_id, "node_id": _started.node_id, "pid": os.getpid()}
+
+
+def read_beats(actor_ids: Iterable[str]) -> dict[str, Beat]:
+    """The last beat of each of ``actor_ids`` that has one (one GCS request)."""
+    keys = [a.encode() for a in actor_ids]
+    if not keys:
+        return {}
+    found = _gcs().internal_kv_multi_get(keys, HEARTBEAT_NAMESPACE.encode())
+    return {key.decode(): Beat.decode(raw) for key, raw in found.items() if raw}
+
+
+def clear_beats(actor_ids: Iterable[str]) -> None:
+    """Delete the beats of actors that are gone (a dead actor's last beat stays until then)."""
+    gcs = _gcs()
+    for actor_id in actor_ids:
+        gcs.internal_kv_del(actor_id.encode(), False, HEARTBEAT_NAMESPACE.encode())
+
+
+def wait_for_beat(handle: Any, timeout_s: float = 30.0) -> Beat:
+    """The first beat of ``handle``'s actor (its pid and node), waiting while it starts.
+
+    Raises:
+        TimeoutError: no beat within ``timeout_s`` (the actor is not supervised, or not up).
+    """
+    actor_id = handle._actor_id.hex()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        beat = read_beats([actor_id]).get(actor_id)
+        if beat is not None:
+            return beat
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"actor {actor_id} sent no heartbeat within {timeout_s:g}s")
+        time.sleep(0.05)

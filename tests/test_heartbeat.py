@@ -1,0 +1,168 @@
+"""Detection without concurrency groups: the heartbeat thread, the death watch, and the beat clock.
+
+The real-Ray tests share the module's two-node cluster (``ray_cluster``); the beat clock's are pure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, register
+from supervisor.core.heartbeat import HEARTBEAT_PERIOD_S, Beat, read_beats, wait_for_beat
+from supervisor.supervision import death_watch
+from supervisor.supervision.detection import BeatClock
+from supervisor.supervision.failures import ErrorKind
+
+
+class ThreadedWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def on_main_thread(self) -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    def busy(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def ping(self) -> int:
+        return os.getpid()
+
+
+# -- the beat clock (pure) ----------------------------------------------------------------------
+def test_a_new_incarnation_has_the_whole_patience_for_its_first_beat():
+    clock = BeatClock(patience_s=10.0)
+    clock.watch("r0", now=100.0)
+    assert clock.silent(now=110.0) == {}
+    assert clock.silent(now=110.5) == {"r0": 10.5}
+
+
+def test_only_a_new_counter_resets_the_clock():
+    clock = BeatClock(patience_s=5.0)
+    clock.watch("r0", now=0.0)
+    assert clock.seen("r0", 1, now=1.0)
+    assert not clock.seen("r0", 1, now=4.0), "the same beat read again is not a new one"
+    assert not clock.seen("r0", None, now=5.0), "no beat at all is not a new one"
+    assert clock.silent(now=6.5) == {"r0": 5.5}
+    assert not clock.seen("unwatched", 3, now=6.5)
+
+
+def test_a_gap_in_reading_judges_nobody():
+    clock = BeatClock(patience_s=5.0)
+    clock.watch("r0", now=0.0)
+    clock.blind(now=60.0)  # the GCS was away for a minute
+    assert clock.silent(now=64.0) == {}
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.booleans()), max_size=60), st.floats(1.0, 10.0))
+def test_silent_exactly_when_no_new_beat_for_longer_than_patience(reads, patience):
+    """Reads at increasing times, each seeing a new beat or not: a rank is silent at a time iff its
+    last new beat (or its watch) is more than ``patience`` before it."""
+    clock = BeatClock(patience_s=patience)
+    now, seq, last_new = 0.0, 0, 0.0
+    clock.watch("r", now)
+    for gap, new in reads:
+        now += gap
+        if new:
+            seq += 1
+            last_new = now
+        assert clock.seen("r", seq if seq else None, now) == (new and seq > 0)
+        assert ("r" in clock.silent(now)) == (now - last_new > patience)
+
+
+def test_beats_round_trip():
+    beat = Beat(seq=7, node_id="ab" * 28, pid=4242, rank=None)
+    assert Beat.decode(beat.encode()) == beat
+
+
+# -- real Ray -----------------------------------------------------------------------------------
+@pytest.fixture
+def group(ray_cluster, no_leaks):
+    pool = ResourcePool([2], use_gpu=False, max_colocate_count=1)
+    group = create_group(pool, ClassWithInitArgs(ThreadedWorker))
+    try:
+        yield group
+    finally:
+        group.kill()
+        pool.teardown()
+
+
+def test_a_supervised_rank_is_a_plain_actor_running_calls_on_its_main_thread(group):
+    assert group.on_main_thread() == [True, True]
+
+
+def test_the_heartbeat_goes_on_while_the_rank_is_busy_and_stops_while_it_is_stopped(group):
+    import ray
+
+    handle = group.workers[1]
+    actor_id = handle._actor_id.hex()
+    beat = wait_for_beat(handle)
+    assert (beat.rank, beat.node_id) == (1, ray.get_runtime_context().get_node_id())
+    handle.busy.remote(30.0)
+    first = read_beats([actor_id])[actor_id].seq
+    time.sleep(3 * HEARTBEAT_PERIOD_S)
+    busy = read_beats([actor_id])[actor_id].seq
+    assert busy >= first + 2, f"a busy rank beats: {first} -> {busy}"
+    os.kill(beat.pid, signal.SIGSTOP)
+    try:
+        time.sleep(HEARTBEAT_PERIOD_S + 0.2)  # a beat written just before the stop lands
+        stopped = read_beats([actor_id])[actor_id].seq
+        time.sleep(3 * HEARTBEAT_PERIOD_S)
+        assert read_beats([actor_id])[actor_id].seq == stopped, "a stopped process does not beat"
+    finally:
+        os.kill(beat.pid, signal.SIGCONT)
+    group.kill()
+    assert read_beats([actor_id]) == {}, "a killed group leaves no beats"
+
+
+def test_a_death_watch_sees_a_kill_fast_busy_or_idle_and_queues_nothing_in_the_way(group):
+    import ray
+
+    death_watch.acquire()
+    try:
+        idle, busy = group.workers
+        watches = [death_watch.watch(idle), death_watch.watch(busy)]
+        # The watch is queued by the watcher: this process's calls to the same actors still run.
+        assert ray.get(idle.ping.remote(), timeout=10) == wait_for_beat(idle).pid
+        busy.busy.remote(60.0)
+        time.sleep(0.5)
+        for handle, watch in zip((idle, busy), watches, strict=True):
+            killed = time.monotonic()
+            os.kill(wait_for_beat(handle).pid, signal.SIGKILL)
+            ready, _ = ray.wait([watch], timeout=10)
+            assert ready, "the watch resolved when its actor died"
+            assert time.monotonic() - killed < 1.0
+            notice = ray.get(watch)
+            assert notice.kind is ErrorKind.DIED and notice.detail
+    finally:
+        death_watch.release()
+
+
+def test_an_unwatched_rank_runs_on_and_a_lost_watcher_is_replaced(group):
+    import ray
+
+    death_watch.acquire()
+    try:
+        rank = group.workers[0]
+        watch = death_watch.watch(rank)
+        time.sleep(0.3)
+        death_watch.unwatch(watch)
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(watch, timeout=10)
+        assert ray.get(rank.ping.remote(), timeout=10)
+
+        watch = death_watch.watch(rank)
+        time.sleep(0.3)
+        ray.kill(death_watch._get_watcher())
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(watch, timeout=10)  # the watcher's own death: no notice about the rank
+        death_watch.replace_lost_watcher()
+        watch = death_watch.watch(rank)
+        os.kill(wait_for_beat(rank).pid, signal.SIGKILL)
+        assert ray.get(watch, timeout=10).kind is ErrorKind.DIED
+    finally:
+        death_watch.release()  # the watcher ends with its last user: no_leaks checks it
