@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.daemon.auth import (
+    AUTH_ENV_VARS,
     RUNTIME_DIR_ENV,
     RuntimeDir,
     TokenChoice,
@@ -210,3 +211,28 @@ def test_metrics_exposure_warning(host, tls, warned):
     assert (warning is not None) is warned
     if warned:
         assert host in warning and "tls_cert" in warning
+
+
+def test_a_cluster_without_authentication_gets_no_token_and_the_drivers_own_actors_live(tmp_path):
+    """Ray's default token file lies around (a local ``ray.init`` wrote it), the cluster runs without
+    authentication: presenting the token would make the GCS end every actor the driver owns."""
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("a" * 32 + "\n")
+    code = (
+        "import os, ray\n"
+        "from supervisor.daemon.local_cluster import LocalCluster\n"
+        "from supervisor.daemon.cluster import connect\n"
+        "cluster = LocalCluster(initialize_head=True, head_node_args={'num_cpus': 1, 'include_dashboard': False})\n"
+        "try:\n"
+        "    connect(cluster.address)\n"
+        "    owned = ray.remote(num_cpus=0)(type('Owned', (), {'pid': lambda self: os.getpid()})).remote()\n"
+        "    print(ray.get(owned.pid.remote(), timeout=30) > 0, os.environ.get('RAY_AUTH_MODE'))\n"
+        "finally:\n"
+        "    ray.shutdown()\n"
+        "    cluster.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in AUTH_ENV_VARS}
+    env["HOME"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["True", "None"], out.stdout

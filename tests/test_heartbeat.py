@@ -147,13 +147,17 @@ def test_an_unwatched_rank_runs_on_and_a_lost_watcher_is_replaced(group):
 
     death_watch.acquire()
     try:
-        rank = group.workers[0]
-        watch = death_watch.watch(rank)
+        rank, other = group.workers
+        watch = death_watch.watch(rank)  # the first watch: it made the object every watch waits for
+        other_watch = death_watch.watch(other)
         time.sleep(0.3)
         death_watch.unwatch(watch)
         with pytest.raises(ray.exceptions.TaskCancelledError):
             ray.get(watch, timeout=10)
         assert ray.get(rank.ping.remote(), timeout=10)
+        time.sleep(0.5)
+        assert ray.wait([other_watch], timeout=0)[1], "the other watch still waits"
+        death_watch.unwatch(other_watch)
 
         watch = death_watch.watch(rank)
         time.sleep(0.3)

@@ -12,7 +12,8 @@ token; Ray reads it from ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH
 * **Joining a cluster** (:func:`choose_token`): Ray's ``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH``
   when set; else a spec's ``[ray] auth_token_path``; else the token of an embedded Ray on this machine
   at that address; else Ray's default file ``~/.ray/auth_token``, when there is one; else none. A
-  ``RAY_AUTH_MODE`` other than ``token`` means none.
+  ``RAY_AUTH_MODE`` other than ``token`` means none. A cluster that runs without authentication gets
+  none either (:func:`requires_token`): presenting one breaks every actor the driver owns.
 * A missing or wrong token is found by one GCS request (:func:`check_access`) and reported as one
   line, instead of ``ray.init``'s twenty seconds of retries and a traceback.
 """
@@ -53,6 +54,7 @@ __all__ = [
     "restore_env",
     "token_file_problem",
     "check_access",
+    "requires_token",
 ]
 
 # Ray's variables, in the order Ray gives them precedence (RAY_AUTH_MODE switches the check on).
@@ -283,6 +285,31 @@ def token_file_problem(path: Path) -> str | None:
     except OSError as exc:
         return f"cannot read {path}: {exc.strerror or exc}"
     return None
+
+
+def requires_token(address: str) -> bool:
+    """Whether the cluster at ``address`` refuses a driver that presents no token (one GCS request).
+
+    A driver must not present a token to a cluster that runs without authentication: its own RPC
+    server then refuses the GCS, which takes every actor the driver owns for unreferenced and ends it
+    (Ray 2.60: ``REF_DELETED`` at once). Unknown (the GCS unreachable now) counts as required.
+    """
+    import ray
+    from ray._raylet import GcsClient
+
+    saved = saved_env()
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    _refresh_ray_auth()
+    try:
+        with _native_stderr_discarded():
+            GcsClient(address=address)
+    except ray.exceptions.AuthenticationError:
+        return True
+    except Exception:
+        return True
+    finally:
+        restore_env(saved)
+    return False
 
 
 def check_access(address: str, choice: TokenChoice) -> None:

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterUnavailableError
-from .auth import check_access, choose_token, present, withdraw
+from ..observability.log import get_logger
+from .auth import TokenChoice, TokenSource, check_access, choose_token, present, requires_token, withdraw
 from .loopback import LOOPBACK_IP, is_loopback_host, pin_to_loopback
 
 __all__ = ["probe_address", "connect", "resolve_address"]
+
+log = get_logger("cluster")
 
 
 def probe_address(address: str, timeout_s: float = 3.0) -> None:
@@ -52,6 +55,9 @@ def connect(address: str, auth_token_path: Path | None = None, **init_kwargs: An
         init_kwargs.setdefault("_node_ip_address", LOOPBACK_IP)
     withdraw()  # what an earlier connection of this process presented is not the user's choice
     choice = choose_token(address, auth_token_path)
+    if choice.sends and choice.source is not TokenSource.EMBEDDED and not requires_token(address):
+        log.debug("auth_token_not_sent", address=address, token=choice.describe(), reason="the cluster runs without authentication")
+        choice = TokenChoice(TokenSource.NONE)
     present(choice)
     import ray
 

@@ -62,7 +62,13 @@ class _Watcher:
             ray.cancel(queued)
             raise
         except Exception as exc:
-            return DeathNotice(classify_error(exc), first_line(exc))
+            kind = classify_error(exc)
+            if kind in (ErrorKind.USER_ERROR, ErrorKind.OTHER):
+                # The call failed on its argument, not on the rank: the held object is lost. Say so
+                # (the supervisor watches again), and hold a new one.
+                self._never = None
+                raise
+            return DeathNotice(kind, first_line(exc))
         raise AssertionError("a death watch's call ran: its argument can never exist")  # pragma: no cover
 
 
@@ -118,8 +124,8 @@ def _get_watcher() -> Any:
 def watch(handle: Any) -> Any:
     """A ref that resolves to a :class:`DeathNotice` when ``handle``'s actor dies (or is unreachable).
 
-    It raises instead only when the watcher itself is lost: then :func:`replace_lost_watcher`, and
-    watch again.
+    It raises instead only when the watch itself is lost (the watcher died, or the object it holds):
+    then :func:`replace_lost_watcher`, and watch again.
     """
     return _get_watcher().watch.remote(handle)
 
@@ -129,7 +135,8 @@ def unwatch(ref: Any) -> None:
     import ray
 
     try:
-        ray.cancel(ref)
+        # Not recursive: the object every watch waits for was made by a call of the first watch.
+        ray.cancel(ref, recursive=False)
     except Exception:  # already resolved, or the watcher is gone: nothing is queued any more
         pass
 
