@@ -441,7 +441,7 @@ class WorkerGroup:
             info = ray.get(standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s)
         except BaseException:
             self._bundles[rank] = previous
-            self.fence.kill_actors([standby.handle])
+            self._end([standby.handle])
             raise
         self._workers[rank] = standby.handle
         self._worker_names[rank] = standby.name
@@ -470,7 +470,7 @@ class WorkerGroup:
         """Forget (and kill) the standby in ``bundle``, e.g. because it died."""
         standby = self._standbys.pop(bundle, None)
         if standby is not None:
-            self.fence.kill_actors([standby.handle])
+            self._end([standby.handle])
 
     def all_bundles(self) -> list[BundleRef]:
         """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
@@ -503,8 +503,16 @@ class WorkerGroup:
         if not 0 <= rank < len(self._workers):
             raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
 
+    def _end(self, handles: list[Any]) -> None:
+        """Kill actors of this group (through the owner fence) and delete their heartbeats."""
+        self.fence.kill_actors(handles)
+        try:
+            clear_beats(h._actor_id.hex() for h in handles)
+        except Exception as exc:  # a leftover beat is a few bytes in the GCS: not worth failing a kill
+            log.debug("heartbeats_not_cleared", group=self.name_prefix, error=first_line(exc))
+
     def _kill_rank(self, rank: int) -> None:
-        self.fence.kill_actors([self._workers[rank]])
+        self._end([self._workers[rank]])
         self.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
 
     def _wait_name_released(self, name: str, timeout_s: float) -> None:
@@ -694,11 +702,7 @@ class WorkerGroup:
         self._standbys = {}
         if not ray.is_initialized():
             return
-        self.fence.kill_actors(workers)
+        self._end(workers)
         if workers:
             log.info("group_killed", group=self.name_prefix, actors=len(workers))
-            try:
-                clear_beats(w._actor_id.hex() for w in workers)
-            except Exception as exc:  # a leftover beat is a few bytes in the GCS: not worth failing a kill
-                log.debug("heartbeats_not_cleared", group=self.name_prefix, error=first_line(exc))
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.heartbeat import clear_beats, read_beats
+from ..core.heartbeat import read_beats
 from ..errors import first_line
 from ..observability.log import get_logger
 from . import death_watch
@@ -123,11 +123,7 @@ class Detector:
     def watch(self, rank: int, generation: int) -> None:
         """Start watching ``rank``'s current actor (after it started or re-joined)."""
         self.forget(rank)
-        actor_id = self.group.workers[rank]._actor_id.hex()
-        previous = self._actor_ids.get(rank)
-        if previous is not None and previous != actor_id:
-            _clear_beats_quietly([previous])  # the incarnation it replaced is gone: so is its last beat
-        self._actor_ids[rank] = actor_id
+        self._actor_ids[rank] = self.group.workers[rank]._actor_id.hex()
         self._arm(rank, generation)
         self._beats.watch((rank, generation), self.clock())
 
@@ -273,13 +269,6 @@ class Detector:
         return Detected(
             Failure(rank, reason, detail, self._node_of(rank)), generation, self.clock(), died_at_wall
         )
-
-
-def _clear_beats_quietly(actor_ids: list[str]) -> None:
-    try:
-        clear_beats(actor_ids)
-    except Exception as exc:  # a leftover beat is a few bytes: not worth failing a watch for
-        log.debug("heartbeat_not_cleared", error=first_line(exc))
 
 
 def _alive_nodes() -> set[str]:
