@@ -294,7 +294,6 @@ def requires_token(address: str) -> bool:
     server then refuses the GCS, which takes every actor the driver owns for unreferenced and ends it
     (Ray 2.60: ``REF_DELETED`` at once). Unknown (the GCS unreachable now) counts as required.
     """
-    import ray
     from ray._raylet import GcsClient
 
     saved = saved_env()
@@ -303,9 +302,7 @@ def requires_token(address: str) -> bool:
     try:
         with _native_stderr_discarded():
             GcsClient(address=address)
-    except ray.exceptions.AuthenticationError:
-        return True
-    except Exception:
+    except Exception:  # refused (AuthenticationError), or unknown now: both count as required
         return True
     finally:
         restore_env(saved)

@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import first_line
+from ..observability.log import get_logger
 from .failures import ErrorKind, classify_error
 
-__all__ = ["DeathNotice", "REWATCH_PAUSE_S", "acquire", "release", "watch", "unwatch", "replace_lost_watcher"]
+__all__ = ["DeathNotice", "REWATCH_PAUSE_S", "acquire", "release", "watch", "notice_of", "unwatch", "replace_lost_watcher"]
+
+log = get_logger("death_watch")
 
 # An async actor keeps each watch as one coroutine: this bounds how many ranks one process watches.
 MAX_WATCHES = 100_000
@@ -128,6 +131,21 @@ def watch(handle: Any) -> Any:
     then :func:`replace_lost_watcher`, and watch again.
     """
     return _get_watcher().watch.remote(handle)
+
+
+def notice_of(ref: Any, **log_context: Any) -> DeathNotice | None:
+    """What a resolved watch says, or None when the watch itself was lost (the watcher died, or the
+    object it holds): then the watcher is replaced if it is dead, and the actor is to be watched
+    again after :data:`REWATCH_PAUSE_S` (``log_context`` names it in the log line that says so)."""
+    import ray
+
+    try:
+        notice: DeathNotice = ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        log.warning("death_watch_lost", **log_context, error=first_line(exc))
+        replace_lost_watcher()
+        return None
+    return notice
 
 
 def unwatch(ref: Any) -> None:

@@ -222,16 +222,11 @@ class Detector:
         return found
 
     def _on_ready(self, ref: Any, running: dict[int, int]) -> list[Detected]:
-        import ray
-
         rank, generation = self._watches.pop(ref)
         if running.get(rank) != generation:
             return []  # an earlier incarnation
-        try:
-            notice = ray.get(ref)
-        except ray.exceptions.RayError as exc:  # the watcher was lost, not the rank: watch again
-            log.warning("death_watch_lost", group=self.group.name, rank=rank, error=first_line(exc))
-            death_watch.replace_lost_watcher()
+        notice = death_watch.notice_of(ref, group=self.group.name, rank=rank)
+        if notice is None:  # the watch was lost, not the rank: watch again
             self._rewatch_at[rank] = (generation, self.clock() + death_watch.REWATCH_PAUSE_S)
             return []
         if notice.kind is ErrorKind.UNAVAILABLE:

@@ -161,15 +161,9 @@ class StandbyKeeper:
         self._watch_death(standby.bundle)
 
     def _on_death_watch(self, standby: Standby, ref: Any) -> None:
-        import ray
-
-        try:
-            notice = ray.get(ref)
-        except ray.exceptions.RayError:  # the watcher was lost, not the standby: watch again with a new one
-            death_watch.replace_lost_watcher()
-            self._rewatch_at[standby.bundle] = self.clock() + death_watch.REWATCH_PAUSE_S
-            return
-        if notice.kind is ErrorKind.UNAVAILABLE:  # unreachable for now, not known dead
+        notice = death_watch.notice_of(ref, group=self.group.name, actor=standby.name)
+        # The watch was lost (not the standby), or the standby is unreachable for now, not known dead.
+        if notice is None or notice.kind is ErrorKind.UNAVAILABLE:
             self._rewatch_at[standby.bundle] = self.clock() + death_watch.REWATCH_PAUSE_S
             return
         self._drop(standby, notice.detail, before_ready=False)
