@@ -36,7 +36,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     )
 
     return {
-        "dispatch": lambda: dispatch.run(reps=30 if quick else 300),
+        "dispatch": lambda: dispatch.run(reps=30 if quick else 300, budget_s=0.2 if quick else 5.0),
         "detection": lambda: detection_cost.run(reps=30 if quick else 300, kills=2 if quick else 10),
         "data": lambda: data.run(rows=8192 if quick else 65536, reps=3 if quick else 30),
         "recovery": lambda: recovery.run(kills=3 if quick else 20),

@@ -15,7 +15,7 @@ from typing import Any
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray address on loopback
 
-__all__ = ["Stat", "Row", "measure", "interleave", "local_cluster", "ensure_verl", "print_rows", "VERL_DIR"]
+__all__ = ["Stat", "Row", "measure", "interleave", "reps_for", "local_cluster", "ensure_verl", "print_rows", "VERL_DIR"]
 
 BENCH_DIR = Path(__file__).resolve().parent
 # verl is installed with --no-deps (plus the few modules its import needs) into this directory, for the
@@ -90,18 +90,32 @@ def measure(fn: Callable[[], Any], reps: int, warmup: int = 3) -> list[float]:
 
 
 def interleave(fns: dict[str, Callable[[], Any]], reps: int, warmup: int = 3, block: int = 10) -> dict[str, Stat]:
-    """Time each function ``reps`` times, in alternating blocks, so drift of the machine hits all alike."""
+    """Time each function ``reps`` times, in alternating blocks, so drift of the machine hits all alike.
+
+    The order within a block rotates from block to block: the function timed right after another one
+    can pay for it (a cache it evicted, a reply still being sent), and no function should always sit in
+    the same place.
+    """
     times: dict[str, list[float]] = {name: [] for name in fns}
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+    order = list(fns)
     done = 0
     while done < reps:
         n = min(block, reps - done)
-        for name, fn in fns.items():
-            times[name] += measure(fn, n, warmup=0)
+        for name in order:
+            times[name] += measure(fns[name], n, warmup=0)
+        order = order[1:] + order[:1]
         done += n
     return {name: Stat.of(values) for name, values in times.items()}
+
+
+def reps_for(fn: Callable[[], Any], budget_s: float, least: int) -> int:
+    """How many repetitions of ``fn`` fit in ``budget_s`` (at least ``least``), from a few timed calls:
+    a fast call gets more, so its median is as steady as a slow one's."""
+    probe = measure(fn, 5, warmup=2)
+    return max(least, int(budget_s / max(statistics.median(probe), 1e-6)))
 
 
 def local_cluster(nodes: list[dict[str, Any]]) -> Any:

@@ -7,7 +7,9 @@ local nodes of 4 CPUs and 4 declared GPUs each) runs back to back, as fast as it
 
 * **supervised**: `supervisor start` as it is; a killed rank is replaced into its bundle and the
   call in flight re-run;
-* **supervised + standby**: the same with one standby per group, in a spare bundle of each pool;
+* **supervised + standby**: the same with one standby per group, in a spare bundle of each pool,
+  allowed to take over a rank on either node (``standby_reach = "any_node"``: the ranks are
+  data-parallel replicas; by default a standby serves only the ranks on its own node);
 * **checkpoint-restart**, the baseline of verl and its peers: a death ends the job (no restarts
   allowed: the group FAILs, the daemon tears everything down and exits 1) and a new job starts at
   once (a new daemon, new placement groups and actors, the init method again) and resumes from the
@@ -109,6 +111,9 @@ def job_spec(mode: Mode, name: str, checkpoint: Path) -> dict[str, Any]:
             spec["pools"][pool]["capacity_factor"] = 1 + 1 / ranks  # one spare bundle per pool
             spec["groups"][group]["standbys"] = 1
             spec["groups"][group]["standby_warmup_method"] = "warm_up"  # imports paid before a takeover
+            # The example's ranks are data-parallel replicas: where one runs does not matter, so the
+            # group's one standby takes over a rank on either node (by default only on its own).
+            spec["groups"][group]["standby_reach"] = "any_node"
     spec["driver"]["args"] = {**spec["driver"]["args"], "steps": 10**9, "step_interval_s": 0.0, "checkpoint_path": str(checkpoint)}
     return spec
 

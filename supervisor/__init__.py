@@ -34,6 +34,7 @@ from .placement.pool import merge_resource_pool as merge_resource_pool
 from .placement.pool import split_resource_pool as split_resource_pool
 from .placement.resource_wait import InfeasibleResourcesError as InfeasibleResourcesError
 from .placement.resource_wait import ResourceWaitTimeout as ResourceWaitTimeout
+from .placement.standby import StandbyReach as StandbyReach
 from .supervision import GroupFailedError as GroupFailedError
 from .supervision import GroupState as GroupState
 from .supervision import GroupSupervisor as GroupSupervisor
@@ -68,6 +69,7 @@ __all__ = [
     "RestartStrategy",
     "RestartPolicy",
     "InFlightPolicy",
+    "StandbyReach",
     "GroupSupervisor",
     "GroupState",
     "GroupFailedError",

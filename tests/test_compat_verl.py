@@ -409,10 +409,17 @@ def _render_default(value: Any) -> str:
     return repr(value)
 
 
+RAY_TRACE_PARAM = "_ray_trace_ctx"
+
+
 def our_params(obj: Any) -> list[Param]:
     """Parameters as a caller sees them (no self for classes and bound classmethods)."""
     sig = inspect.signature(obj)
-    return [(p.name, _KIND[p.kind], _render_default(p.default)) for p in sig.parameters.values()]
+    # ray.remote on a class rewrites the signatures of its methods in place, adding a keyword-only
+    # _ray_trace_ctx (Ray's tracing hook): what a caller sees depends on whether an earlier test made
+    # the class an actor, so Ray's parameter is not ours to compare.
+    params = [p for p in sig.parameters.values() if p.name != RAY_TRACE_PARAM]
+    return [(p.name, _KIND[p.kind], _render_default(p.default)) for p in params]
 
 
 def _verl_tree(relpath: str) -> ast.Module:

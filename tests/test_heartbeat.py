@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, register
-from supervisor.core.heartbeat import HEARTBEAT_PERIOD_S, Beat, read_beats, wait_for_beat
+from supervisor.core.heartbeat import HEARTBEAT_PERIOD_S, Beat, read_beats, stale_beats, wait_for_beat
 from supervisor.supervision import death_watch
 from supervisor.supervision.detection import BeatClock
 from supervisor.supervision.failures import ErrorKind
@@ -96,12 +96,11 @@ def test_a_supervised_rank_is_a_plain_actor_running_calls_on_its_main_thread(gro
 
 
 def test_the_heartbeat_goes_on_while_the_rank_is_busy_and_stops_while_it_is_stopped(group):
-    import ray
 
     handle = group.workers[1]
     actor_id = handle._actor_id.hex()
     beat = wait_for_beat(handle)
-    assert (beat.rank, beat.node_id) == (1, ray.get_runtime_context().get_node_id())
+    assert (beat.rank, beat.node_id) == (1, group.placed_bundles()[group.rank_bundles[1]])  # the rank's node
     handle.busy.remote(30.0)
     first = read_beats([actor_id])[actor_id].seq
     time.sleep(3 * HEARTBEAT_PERIOD_S)
@@ -170,3 +169,30 @@ def test_an_unwatched_rank_runs_on_and_a_lost_watcher_is_replaced(group):
         assert ray.get(watch, timeout=10).kind is ErrorKind.DIED
     finally:
         death_watch.release()  # the watcher ends with its last user: no_leaks checks it
+
+
+def test_gc_removes_the_beats_of_actors_that_are_gone_and_only_those(group, ray_cluster):
+    import subprocess
+    import sys
+
+    import ray
+
+    gone, alive = group.workers
+    gone_id, alive_id = gone._actor_id.hex(), alive._actor_id.hex()
+    wait_for_beat(gone)
+    wait_for_beat(alive)
+    ray.kill(gone)  # not through the group (which deletes the beats of what it kills): a beat left behind
+    deadline = time.monotonic() + 30
+    while gone_id not in stale_beats():
+        assert time.monotonic() < deadline, "the killed actor's beat is stale once Ray has it dead"
+        time.sleep(0.1)
+    assert alive_id not in stale_beats()
+
+    def gc(*options):
+        command = [sys.executable, "-m", "supervisor.cli.commands", "gc", *options, "--address", ray_cluster.address]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+
+    assert "would remove the heartbeats of" in gc("--dry-run")
+    assert gone_id in read_beats([gone_id])
+    assert "removed the heartbeats of" in gc()
+    assert set(read_beats([gone_id, alive_id])) == {alive_id}, "a live actor's beat is never removed"

@@ -40,6 +40,7 @@ from supervisor.daemon.spec import (
 )
 from supervisor.errors import ConfigError
 from supervisor.placement.pool import PlacementStrategy
+from supervisor.placement.standby import StandbyReach
 from supervisor.supervision import InFlightPolicy, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
 from supervisor.supervision.restart_policy import RestartPolicy, RestartStrategy
@@ -201,6 +202,7 @@ def test_every_group_field_reaches_the_supervision_config():
                 "shutdown_method": '"unregistered"',
                 "shutdown_timeout_s": "3",
                 "standbys": "1",
+                "standby_reach": '"any_node"',
             },
             pool={"capacity_factor": "1.5"},
         )
@@ -224,6 +226,7 @@ def test_every_group_field_reaches_the_supervision_config():
         call_timeout_s=30.0,
         in_flight=InFlightPolicy.RAISE,
         standbys=1,
+        standby_reach=StandbyReach.ANY_NODE,
         actor_start_timeout_s=45.0,
     )
     config.init_kwargs["n"] = 99  # the config gets a copy: the (frozen) spec is not changed through it
@@ -434,6 +437,11 @@ BAD_SPECS = [
     pytest.param(doc(group={"max_restarts": "-1"}), "must be >= 0, got -1", "groups.counter.max_restarts", 1, id="max_restarts_negative"),
     pytest.param(doc(group={"init_kwargs": "{ n = 1 }"}), "given without init_method", "groups.counter.init_kwargs", 1, id="init_kwargs_without_init_method"),
     pytest.param(doc(group={"standby_warmup_method": '"add"'}), "given without standbys", "groups.counter.standby_warmup_method", 1, id="warm_up_without_standbys"),
+    pytest.param(doc(group={"standby_reach": '"any_node"'}), "given without standbys", "groups.counter.standby_reach", 1, id="reach_without_standbys"),
+    pytest.param(
+        doc(group={"standby_reach": '"anywhere"'}, pool={"capacity_factor": "2.0"}),
+        "expected one of 'same_node', 'any_node', got string 'anywhere'", "groups.counter.standby_reach", 1, id="unknown_reach",
+    ),  # fmt: skip
     pytest.param(doc(group={"env": '{ RANK = "3", FOO = "x" }'}), "may not override RANK", "groups.counter.env", 1, id="env_reserved"),
     pytest.param(
         doc(group={"restart_strategy": '"all_for_one"'}),

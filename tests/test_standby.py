@@ -17,6 +17,7 @@ from supervisor.core.protocol import DataProto
 from supervisor.errors import ConfigError
 from supervisor.observability.metrics import REGISTRY
 from supervisor.placement.layout import BundleRef
+from supervisor.placement.standby import StandbyReach
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
 from supervisor.supervision.standbys import check_standby_config
@@ -45,14 +46,16 @@ def ray_cluster():
         cluster.shutdown()
 
 
-def _supervised(accelerator, process_on_nodes, capacity_factor=1.0, standbys=0, start_s=START_S, cls=SlowStartWorker, warm_up=None, **kwargs):
+def _supervised(
+    accelerator, process_on_nodes, capacity_factor=1.0, standbys=0, start_s=START_S, cls=SlowStartWorker, warm_up=None, reach=StandbyReach.SAME_NODE, **kwargs
+):
     pool = ResourcePool(list(process_on_nodes), max_colocate_count=1, accelerator_type=accelerator, capacity_factor=capacity_factor)
     args = {} if cls is RankDependentWorker else {"start_s": start_s, **kwargs}
     group = create_group(pool, ClassWithInitArgs(cls, **args))
     init_group(group, "init_model", policy=FAST_INIT)
     config = SupervisionConfig(
         init_method="init_model", init_policy=FAST_INIT, probe_period_s=1.0, standbys=standbys, standby_check_s=0.2, bundle_wait_timeout_s=120,
-        standby_warmup_method=warm_up,
+        standby_warmup_method=warm_up, standby_reach=reach,
     )  # fmt: skip
     return pool, group, GroupSupervisor(group, config).start()
 
@@ -130,6 +133,27 @@ def test_rank_zero_taken_over_by_a_standby_gives_every_rank_the_new_rendezvous(r
         envs = [i["env"] for i in group.identity()]
         assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {(group.master_address, group.master_port)}
         assert [e["RANK"] for e in envs] == ["0", "1"]
+    finally:
+        _teardown(part)
+
+
+def test_with_any_node_reach_a_standby_on_another_node_takes_over_a_rank_whose_node_is_alive(ray_cluster, no_leaks):
+    part = pool, group, sup = _supervised(NODE_LOSS, [2], capacity_factor=1.5, standbys=1, reach=StandbyReach.ANY_NODE)
+    try:
+        _wait(lambda: sup.standby_counts() == (1, 0), what="the standby to be ready")
+        (standby,) = group.standbys.values()
+        placed = group.placed_bundles()
+        old_bundle = group.rank_bundles[1]
+        assert placed[standby.bundle] != placed[old_bundle], "the spare sits on the other node (SPREAD)"
+
+        # The rank's own bundle is alive, yet the standby takes over (by default a fresh actor would
+        # start there: test_a_standby_on_another_node_is_used_only_when_the_own_bundle_is_not_placed).
+        _kill_and_time_recovery(group, 1)
+        assert group.worker_names[1] == standby.name and group.rank_bundles[1] == standby.bundle
+        assert [p.drifted for p in sup.drift()] == [False, True], "the rank moved node: drift"
+        # The bundle it left gets the next standby.
+        _wait(lambda: sup.standby_counts() == (1, 0), what="a new standby")
+        assert list(group.standbys) == [old_bundle]
     finally:
         _teardown(part)
 

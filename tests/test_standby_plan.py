@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from supervisor.errors import ConfigError
 from supervisor.placement.layout import check_capacity_factor, spare_bundle_count, spare_placement_group_name
@@ -10,6 +12,7 @@ from supervisor.placement.standby import (
     BundleRef,
     Replacement,
     ReplacementKind,
+    StandbyReach,
     free_bundles,
     plan_replacements,
     standby_bundles,
@@ -36,6 +39,18 @@ def test_a_standby_on_another_node_is_used_only_when_the_own_bundle_is_not_place
     assert plan_replacements([1], {0: R0, 1: R1}, placed, {S0: "b"}, []) == [Replacement(1, OWN, R1)]
     del placed[R1]
     assert plan_replacements([1], {0: R0, 1: R1}, placed, {S0: "b"}, []) == [Replacement(1, STANDBY, S0)]
+
+
+def test_with_any_node_reach_a_standby_on_another_node_wins_over_the_placed_own_bundle():
+    placed = {R0: "a", R1: "a", S0: "b", S1: "a"}
+    reach = StandbyReach.ANY_NODE
+    assert plan_replacements([1], {0: R0, 1: R1}, placed, {S0: "b"}, [], reach) == [Replacement(1, STANDBY, S0)]
+    # A standby on the rank's own node still comes first, and with none left the own bundle is next.
+    plan = plan_replacements([0, 1], {0: R0, 1: R1}, placed, {S0: "b", S1: "a"}, [], reach)
+    assert plan == [Replacement(0, STANDBY, S1), Replacement(1, STANDBY, S0)]
+    assert plan_replacements([0, 1], {0: R0, 1: R1}, placed, {S1: "a"}, [], reach) == [Replacement(0, STANDBY, S1), Replacement(1, OWN, R1)]
+    # A standby whose own bundle is not placed (its node just went) is never used.
+    assert plan_replacements([1], {0: R0, 1: R1}, {R0: "a", R1: "a"}, {S0: "b"}, [], reach) == [Replacement(1, OWN, R1)]
 
 
 def test_a_node_loss_uses_standbys_then_free_placed_spares_then_waits():
@@ -89,3 +104,38 @@ def test_a_standby_on_a_lost_node_is_not_planned():
     placed = {S1: "b"}  # the ranks' node and S0's node are gone
     assert plan_replacements([0], {0: R0}, placed, {S0: "a", S1: "b"}, []) == [Replacement(0, STANDBY, S1)]
     assert plan_replacements([0], {0: R0}, {BundleRef(1, 2): "b"}, {S0: "a"}, [BundleRef(1, 2)]) == [Replacement(0, SPARE, BundleRef(1, 2))]
+
+
+_BUNDLES = [BundleRef(pg, i) for pg in range(2) for i in range(4)]
+
+
+@given(
+    data=st.data(),
+    world=st.integers(1, 4),
+    reach=st.sampled_from(list(StandbyReach)),
+)
+def test_every_failed_rank_gets_one_replacement_and_no_standby_or_spare_serves_two(data, world, reach):
+    ranks = {r: _BUNDLES[r] for r in range(world)}  # the ranks in placement group 0
+    placed = {b: data.draw(st.sampled_from(["a", "b", None]), label=f"node of {b}") for b in _BUNDLES}
+    placed = {b: n for b, n in placed.items() if n is not None}
+    others = [b for b in _BUNDLES if b not in ranks.values()]
+    standby_set = data.draw(st.sets(st.sampled_from(others)), label="standbys") if others else set()
+    standbys = {b: placed.get(b) or "gone" for b in standby_set}
+    free = [b for b in others if b not in standby_set]
+    failed = data.draw(st.lists(st.sampled_from(sorted(ranks)), min_size=1, unique=True), label="failed")
+
+    plan = plan_replacements(failed, ranks, placed, standbys, free, reach)
+
+    assert [p.rank for p in plan] == sorted(failed)
+    taken = [p.bundle for p in plan if p.kind is not OWN]
+    assert len(taken) == len(set(taken))
+    for p in plan:
+        own_node = placed.get(ranks[p.rank])
+        if p.kind is STANDBY:
+            assert p.bundle in standbys and placed.get(p.bundle), "only a ready standby on a live node"
+            if own_node and reach is StandbyReach.SAME_NODE:
+                assert placed[p.bundle] == own_node, "same_node: a rank whose node is alive keeps it"
+        elif p.kind is SPARE:
+            assert p.bundle in free and placed.get(p.bundle) and not own_node
+        else:
+            assert p.bundle == ranks[p.rank]

@@ -585,8 +585,24 @@ def gc(address: str | None, dry_run: bool, grace_s: float | None, include_detach
                 continue
             click.echo(f"removed supervisor {record.name} (silent for {silent:.0f}s): {what}")
         found += _collect_old_histories(store, now, dry_run)
+        found += _collect_stale_beats(dry_run)
     if not found:
         click.echo("nothing to collect: no orphaned supervisors")
+
+
+def _collect_stale_beats(dry_run: bool) -> int:
+    """Remove the heartbeats of supervised actors that are gone (see heartbeat.stale_beats)."""
+    from ..core.heartbeat import clear_beats, stale_beats
+
+    stale = stale_beats()
+    if not stale:
+        return 0
+    if dry_run:
+        click.echo(f"would remove the heartbeats of {len(stale)} actor(s) that are gone")
+    else:
+        clear_beats(stale)
+        click.echo(f"removed the heartbeats of {len(stale)} actor(s) that are gone")
+    return 1
 
 
 def _collect_old_histories(store: Any, now: float, dry_run: bool) -> int:

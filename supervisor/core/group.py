@@ -593,6 +593,8 @@ class WorkerGroup:
         every rank gets the arguments as they are (verl's rule).
         """
         n = len(self._workers)
+        if not args and not kwargs:  # the commonest call of all, on every step: nothing to split
+            return [((), {}) for _ in range(n)]
         values = [*args, *kwargs.values()]
         if all(isinstance(v, list) and len(v) == n for v in values):
             return [(tuple(a[i] for a in args), {k: v[i] for k, v in kwargs.items()}) for i in range(n)]

@@ -33,6 +33,7 @@ __all__ = [
     "start_heartbeat",
     "read_beats",
     "clear_beats",
+    "stale_beats",
     "wait_for_beat",
 ]
 
@@ -124,6 +125,22 @@ def clear_beats(actor_ids: Iterable[str]) -> None:
     gcs = _gcs()
     for actor_id in actor_ids:
         gcs.internal_kv_del(actor_id.encode(), False, HEARTBEAT_NAMESPACE.encode())
+
+
+def stale_beats() -> list[str]:
+    """Actor ids whose beat outlived the actor: it is dead, or the GCS no longer knows it.
+
+    A group deletes the beats of the actors it kills or replaces; the beats of actors that ended
+    otherwise (their daemon was SIGKILLed, and Ray ended the actors it owned) stay until
+    ``supervisor gc`` removes them with this.
+    """
+    from ray._private.state import state
+
+    ids = [key.decode() for key in _gcs().internal_kv_keys(b"", HEARTBEAT_NAMESPACE.encode())]
+    if not ids:
+        return []
+    live = {actor_id for actor_id, info in state.actor_table(None).items() if info.get("State") != "DEAD"}
+    return sorted(set(ids) - live)
 
 
 def wait_for_beat(handle: Any, timeout_s: float = 30.0) -> Beat:

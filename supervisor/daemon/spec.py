@@ -51,6 +51,7 @@ from ..placement.layout import (
 )
 from ..placement.pool import PlacementStrategy, ResourcePool
 from ..placement.resource_wait import RESOURCE_TIMEOUT_S
+from ..placement.standby import StandbyReach
 from ..supervision import InFlightPolicy, SupervisionConfig
 from ..supervision.init_policy import InitPolicy
 from ..supervision.lifecycle import ACTOR_START_TIMEOUT_S
@@ -182,6 +183,7 @@ class GroupSpec:
     shutdown_timeout_s: float = 10.0
     standbys: int = SupervisionConfig.standbys  # pre-started actors in the pool's spare bundles, taking over failed ranks
     standby_warmup_method: str | None = None  # run by each standby before it is ready: the rank-independent part of the init
+    standby_reach: StandbyReach = SupervisionConfig.standby_reach  # which standbys may take over a rank whose bundle is placed: on its node only, or on any node (the rank may move)
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
@@ -212,6 +214,7 @@ class GroupSpec:
             in_flight=self.in_flight,
             standbys=self.standbys,
             standby_warmup_method=self.standby_warmup_method,
+            standby_reach=self.standby_reach,
             actor_start_timeout_s=self.actor_start_timeout_s,
         )
 
@@ -640,6 +643,8 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.init_kwargs: given without init_method")
         if group.standby_warmup_method and not group.standbys:
             problems.append(f"{path}.standby_warmup_method: given without standbys")
+        if group.standby_reach is not StandbyReach.SAME_NODE and not group.standbys:
+            problems.append(f"{path}.standby_reach: given without standbys")
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if spec.ray.auth_token_path is not None:
         problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]

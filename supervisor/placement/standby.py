@@ -11,6 +11,7 @@ The decisions here are pure (no Ray), so the rules are unit-tested and the super
 * :func:`plan_replacements`: for each failed rank, in rank order (rank 0 first: it picks the rendezvous):
 
   1. a ready standby on the node of the rank's own, placed bundle: fastest, and the rank stays put;
+     with :attr:`StandbyReach.ANY_NODE`, a ready standby on any node (the rank may move node);
   2. the rank's own bundle, when it is placed (a fresh actor, as without standbys);
   3. any ready standby: the own bundle is gone or being re-placed, so waiting is what a standby saves
      (the rank moves node: drift is reported);
@@ -29,13 +30,24 @@ from dataclasses import dataclass
 
 from .layout import BundleRef
 
-__all__ = ["BundleRef", "ReplacementKind", "Replacement", "plan_replacements", "free_bundles", "standby_bundles"]
+__all__ = ["BundleRef", "ReplacementKind", "Replacement", "StandbyReach", "plan_replacements", "free_bundles", "standby_bundles"]
 
 
 class ReplacementKind(enum.Enum):
     STANDBY = "standby"  # a pre-started standby takes the rank over
     OWN_BUNDLE = "own_bundle"  # a fresh actor into the rank's bundle (after Ray re-placed it, if it must)
     SPARE_BUNDLE = "spare_bundle"  # a fresh actor into a free bundle that is placed now
+
+
+class StandbyReach(enum.Enum):
+    """Which ready standbys may take over a rank whose own bundle is still placed."""
+
+    # Only one on the rank's node: the rank keeps its node, for groups that depend on it (a
+    # tensor-parallel group inside a node, node-local checkpoints). Others wait for a fresh actor.
+    SAME_NODE = "same_node"
+    # Any ready one: the fastest recovery, for ranks that do not care where they run (data-parallel
+    # replicas); a rank that moves node is placement drift and is reported as such.
+    ANY_NODE = "any_node"
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ def plan_replacements(
     bundle_nodes: Mapping[BundleRef, str | None],
     standbys: Mapping[BundleRef, str],
     free: Iterable[BundleRef],
+    reach: StandbyReach = StandbyReach.SAME_NODE,
 ) -> list[Replacement]:
     """Decide where each failed rank's replacement runs (see the module docstring for the rules).
 
@@ -62,6 +75,7 @@ def plan_replacements(
         standbys: ready standbys (constructed, alive): their bundle and node; one whose bundle is not
             placed (its node was just lost) is not used.
         free: bundles of the group holding neither a rank nor a standby.
+        reach: whether a standby on another node may take over a rank whose own bundle is placed.
     """
     available = {b: node for b, node in standbys.items() if bundle_nodes.get(b)}  # not on a lost node
     spare = [b for b in sorted(set(free)) if bundle_nodes.get(b)]
@@ -73,6 +87,10 @@ def plan_replacements(
         if same_node:
             plan.append(Replacement(rank, ReplacementKind.STANDBY, same_node[0]))
             del available[same_node[0]]
+        elif own_node and available and reach is StandbyReach.ANY_NODE:
+            chosen = min(available)
+            plan.append(Replacement(rank, ReplacementKind.STANDBY, chosen))
+            del available[chosen]
         elif own_node:
             plan.append(Replacement(rank, ReplacementKind.OWN_BUNDLE, own))
         elif available:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..placement.standby import StandbyReach
 from .init_policy import InitPolicy
 from .lifecycle import ACTOR_START_TIMEOUT_S
 from .restart_policy import RestartPolicy
@@ -53,6 +54,9 @@ class SupervisionConfig:
             ready: the rank-independent part of the init (imports, weights into host memory), so
             the init method after a takeover only does what needs the rank. Runs again on a
             standby whose readiness is asked again (an adopted one), so it must be safe to repeat.
+        standby_reach: whether a standby on another node may take over a rank whose own bundle is
+            still placed (:class:`~supervisor.placement.standby.StandbyReach`; by default only one on
+            the rank's node, so a rank keeps its node unless that node is lost).
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -71,3 +75,4 @@ class SupervisionConfig:
     standbys: int = 0
     standby_check_s: float = 2.0
     standby_warmup_method: str | None = None
+    standby_reach: StandbyReach = StandbyReach.SAME_NODE

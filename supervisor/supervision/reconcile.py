@@ -329,7 +329,7 @@ class _Planner:
             return []
         self._charge(charged)
         seen = self.placement
-        plan = plan_replacements(due, seen.rank_bundles, seen.bundle_nodes, seen.standbys, seen.free)
+        plan = plan_replacements(due, seen.rank_bundles, seen.bundle_nodes, seen.standbys, seen.free, self.config.standby_reach)
         for replacement in plan:
             self._move(replacement.rank, WorkerState.RESTARTING, in_task=True)
         return plan
