@@ -89,16 +89,18 @@ class SlowStartWorker(Worker):
 
 class WarmUpWorker(SlowStartWorker):
     """A standby-able worker with a warm-up (the rank-independent part of its init) that counts its
-    runs, or raises when ``fail_warm_up``."""
+    runs, or raises when ``fail_warm_up``, after ``warm_up_s``."""
 
-    def __init__(self, start_s: float = 0.0, fail_warm_up: bool = False) -> None:
+    def __init__(self, start_s: float = 0.0, fail_warm_up: bool = False, warm_up_s: float = 0.0) -> None:
         super().__init__(start_s=start_s)
         self.fail_warm_up = fail_warm_up
+        self.warm_up_s = warm_up_s
         self.warm_ups = 0
 
     def warm_up(self) -> None:
         if self.fail_warm_up:
             raise RuntimeError("no weights to load")
+        time.sleep(self.warm_up_s)
         self.warm_ups += 1
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -232,6 +232,28 @@ def test_a_failing_warm_up_is_a_failed_standby_and_stops_them_after_three(ray_cl
         _teardown(part)
 
 
+def test_a_standby_not_ready_in_time_is_dropped_and_three_such_stop_standbys(ray_cluster, no_leaks):
+    pool = ResourcePool([1], max_colocate_count=1, accelerator_type=ONE_NODE, capacity_factor=2.0)
+    group = create_group(pool, ClassWithInitArgs(WarmUpWorker, warm_up_s=600.0))  # a warm-up that hangs
+    init_group(group, "init_model", policy=FAST_INIT)
+    quick = InitPolicy(timeout_s=1.0, attempts=1)
+    config = SupervisionConfig(
+        init_method="init_model", init_policy=quick, actor_start_timeout_s=2.0, standbys=1, standby_check_s=0.2, standby_warmup_method="warm_up"
+    )  # fmt: skip
+    failed = []
+    sup = GroupSupervisor(group, config)
+    sup.hooks.on_standby_failed = lambda group_name, name, error: failed.append(error)
+    sup.start()
+    try:
+        assert sup.standby.ready_timeout_s == 3.0  # the constructor's limit, then the init's
+        _wait(lambda: sup.standby.consecutive_failures >= 3, what="three standbys dropped as late")
+        assert failed[:3] == ["not ready within 3s (constructor and warm-up)"] * 3
+        assert not group.standbys and sup.standby_counts() == (0, 0), "a late standby is killed, its bundle freed"
+        assert group.generate(_batch(2)).batch["ids"].tolist() == [0, 1]
+    finally:
+        _teardown((pool, group, sup))
+
+
 def test_a_constructor_that_needs_the_rank_stops_standbys_after_three_tries(ray_cluster, no_leaks):
     part = pool, group, sup = _supervised(ONE_NODE, [1], capacity_factor=2.0, standbys=1, cls=RankDependentWorker)
     try:

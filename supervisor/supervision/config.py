@@ -54,6 +54,8 @@ class SupervisionConfig:
             ready: the rank-independent part of the init (imports, weights into host memory), so
             the init method after a takeover only does what needs the rank. Runs again on a
             standby whose readiness is asked again (an adopted one), so it must be safe to repeat.
+            A standby not ready within ``actor_start_timeout_s`` + ``init_policy.timeout_s`` (its
+            constructor, then its warm-up) is dropped as failed.
         standby_reach: whether a standby on another node may take over a rank whose own bundle is
             still placed (:class:`~supervisor.placement.standby.StandbyReach`; by default only one on
             the rank's node, so a rank keeps its node unless that node is lost).

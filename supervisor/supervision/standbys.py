@@ -58,6 +58,7 @@ class StandbyKeeper:
         self._starting: dict[Any, BundleRef] = {}  # readiness call -> bundle
         self._watches: dict[Any, BundleRef] = {}  # death watch -> bundle of a ready standby
         self._rewatch_at: dict[BundleRef, float] = {}  # standbys whose watch is started again then
+        self._ready_by: dict[BundleRef, float] = {}  # starting standbys: dropped if not ready by then
         self.consecutive_failures = 0  # standbys that died before they were ready, in a row
         self._next_check = 0.0
 
@@ -101,6 +102,7 @@ class StandbyKeeper:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in ready:
                 self._on_ref(ref)
+        self._drop_late(now)
         if not starting_allowed or self.clock() < self._next_check:
             return
         self._next_check = self.clock() + self.config.standby_check_s
@@ -121,6 +123,22 @@ class StandbyKeeper:
             )
         self.publish()
 
+    @property
+    def ready_timeout_s(self) -> float:
+        """How long a standby may take to be ready: its constructor, then its warm-up (the
+        rank-independent part of the init), each given what a rank's would be."""
+        return self.config.actor_start_timeout_s + self.config.init_policy.timeout_s
+
+    def _drop_late(self, now: float) -> None:
+        # A constructor or warm-up that never returns (a hung download, a deadlock) would hold the
+        # spare bundle for good and leave the group without a standby, silently.
+        with self._lock:
+            late = [b for b, by in self._ready_by.items() if now >= by and b in self._starting.values()]
+        for bundle in late:
+            standby = self.group.standbys.get(bundle)
+            if standby is not None:
+                self._drop(standby, f"not ready within {self.ready_timeout_s:g}s (constructor and warm-up)", before_ready=True)
+
     def _watch_starting(self, bundle: BundleRef) -> None:
         handle = self.group.standbys[bundle].handle
         warmup = self.config.standby_warmup_method
@@ -128,6 +146,7 @@ class StandbyKeeper:
         ready = handle._supervisor_warm_up.remote(warmup) if warmup else handle.node_info.remote()
         with self._lock:
             self._starting[ready] = bundle
+            self._ready_by.setdefault(bundle, self.clock() + self.ready_timeout_s)  # asked again: same deadline
 
     def _on_ref(self, ref: Any) -> None:
         """A standby's readiness call answered, or its death watch resolved."""
@@ -156,6 +175,7 @@ class StandbyKeeper:
         self.consecutive_failures = 0
         with self._lock:
             self._ready[standby.bundle] = result["node_id"]
+            self._ready_by.pop(standby.bundle, None)
         log.info("standby_ready", group=self.group.name, actor=standby.name, node=result["node_id"])
         self.publish()
         self._watch_death(standby.bundle)
@@ -186,6 +206,7 @@ class StandbyKeeper:
         with self._lock:
             self._ready.pop(bundle, None)
             self._rewatch_at.pop(bundle, None)
+            self._ready_by.pop(bundle, None)
             for ref in [r for r, b in self._starting.items() if b == bundle]:
                 del self._starting[ref]
             for ref in [r for r, b in self._watches.items() if b == bundle]:
