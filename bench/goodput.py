@@ -1,9 +1,9 @@
 """Goodput under faults: what a failure costs a user, as training steps per minute.
 
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python -m bench.goodput [--fault-free-s 60] [--faulty-s 120] [--seed 0]
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python -m bench.goodput [--window-s 60] [--cycles 2] [--seed 0]
 
 The example RLHF job (examples/rlhf: a rollout group of 4 ranks and a reference group of 2, on two
-local nodes of 4 CPUs and 4 declared GPUs each) runs back to back, as fast as it can step, in three ways:
+local nodes of 4 CPUs and 4 declared GPUs each) runs as fast as it can step, in three ways:
 
 * **supervised**: `supervisor start` as it is; a killed rank is replaced into its bundle and the
   call in flight re-run;
@@ -16,16 +16,27 @@ local nodes of 4 CPUs and 4 declared GPUs each) runs back to back, as fast as it
   checkpoint the driver wrote after its last step. That is generous to the baseline: a real job
   checkpoints every few hundred steps and loses what came after, and pays for writing checkpoints.
 
-After a short warm-up job (not counted), each way runs fault-free, then with a SIGKILL of a random
-rank (uniform over the 6 ranks, from a seeded generator, the same sequence for each way) every 30 s
-and every 10 s, then fault-free again, its four runs back to back; its fault-free pace is the mean of
-the two (the machine's pace drifts by several per cent over minutes). A kill that comes while the
-baseline has no ranks (between jobs) waits for the next job's ranks. Steps are counted from 20 s after the
-first step of the first job (start-up, and the standbys constructing beside the first steps, excluded
-for all; a later job's start-up counts) over the run's duration, from the
-checkpoint file the driver writes after every step in every mode. The effective-time ratio is steps
-per minute with faults over fault-free, for the same way; each way is also compared with
-checkpoint-restart at the same rate. The plot of steps over time goes to bench/goodput.png.
+Kills are SIGKILLs of a random rank (uniform over the 6 ranks, from a seeded generator, the same
+sequence for each way), one every 30 s or every 10 s.
+
+This machine's pace drifts by up to 10 % within minutes, as much as a fault costs: a fault-free run
+minutes away from the faulty one is not a reference. So each supervised way is one job whose windows
+alternate: fault-free, a window with a kill every 30 s, fault-free, a window with a kill every 10 s,
+``cycles`` times over (60 s windows by default). A faulty window's kills come at its start and every
+interval after, and it ends an interval after its last kill: each kill's aftermath (a stall, a standby
+starting again in the freed bundle) falls in the window of its kill. The effective-time ratio is the
+pace over a way's faulty windows of one rate over its pace over its fault-free windows.
+
+The baseline cannot alternate inside one job (each kill ends its job): it runs fault-free, with kills
+every 30 s and every 10 s (120 s each), then fault-free again, as separate runs back to back, against
+the mean of its two fault-free runs; its ratios (0.1–0.3) are far beyond the drift. A kill that comes
+while it has no ranks (between jobs) waits for the next job's ranks; a later job's start-up counts.
+
+Every job is measured from 20 s after its first step (start-up, and standbys constructing beside the
+first steps, excluded for all), from the checkpoint file the driver writes after every step in every
+mode, after a short warm-up job that is not counted. Each way is also compared with checkpoint-restart
+at the same rate. The plot of steps over time (each rate's faulty windows end to end) goes to
+bench/goodput.png.
 """
 
 from __future__ import annotations
@@ -55,7 +66,8 @@ PLOT = Path(__file__).resolve().parent / "goodput.png"
 SAMPLE_S = 0.25
 KILL_RATES_S = (30.0, 10.0)  # one SIGKILL every this many seconds
 GOAL = ">= 0.95x"  # effective time with standbys at one kill per 30 s
-AFTER = -1.0  # key of a way's second fault-free run, after its faulty ones
+# One cycle of a supervised way's windows: every faulty window has a fault-free one on each side.
+CYCLE: tuple[float | None, ...] = (None, KILL_RATES_S[0], None, KILL_RATES_S[1])
 
 
 class Mode(enum.Enum):
@@ -65,36 +77,46 @@ class Mode(enum.Enum):
 
 
 @dataclass
+class Window:
+    """A stretch of one job: fault-free (``kill_every_s`` None) or with a kill every ``kill_every_s``."""
+
+    kill_every_s: float | None
+    start_s: float  # seconds since the job's measurement began
+    end_s: float
+    steps: int
+    kills: list[float] = field(default_factory=list)
+
+    @property
+    def steps_per_min(self) -> float:
+        return self.steps / (self.end_s - self.start_s) * 60.0
+
+
+@dataclass
 class Timeline:
-    """One run: (seconds since the first step, steps done) samples, kill times, jobs started."""
+    """One measured job (or, for checkpoint-restart, the jobs that followed one another in one run):
+    (seconds since measurement began, steps done) samples, and its windows."""
 
     mode: Mode
-    kill_every_s: float | None
-    duration_s: float
     samples: list[tuple[float, int]] = field(default_factory=list)
-    kills: list[float] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
     jobs: int = 1
 
     @property
-    def steps(self) -> int:
-        inside = [s for t, s in self.samples if t <= self.duration_s]
-        return (inside[-1] - self.samples[0][1]) if inside else 0
+    def kills(self) -> list[float]:
+        return [k for w in self.windows for k in w.kills]
 
-    def stalls(self, longer_than_s: float = 0.5) -> list[tuple[float, float]]:
-        """``(start, seconds)`` of every stretch without a step longer than ``longer_than_s``."""
+    def stalls(self, window: Window, longer_than_s: float = 0.5) -> list[tuple[float, float]]:
+        """``(start, seconds)`` of every stretch of ``window`` without a step longer than ``longer_than_s``."""
+        inside = [(t, s) for t, s in self.samples if window.start_s <= t <= window.end_s]
         out, since = [], None
-        for (t, steps), (_, before) in zip(self.samples[1:], self.samples, strict=False):
+        for (t, steps), (_, before) in zip(inside[1:], inside, strict=False):
             if steps == before:
                 since = since if since is not None else t
             elif since is not None:
                 if t - since > longer_than_s:
-                    out.append((round(since, 1), round(t - since, 1)))
+                    out.append((round(since - window.start_s, 1), round(t - since, 1)))
                 since = None
         return out
-
-    @property
-    def steps_per_min(self) -> float:
-        return self.steps / self.duration_s * 60.0
 
 
 def job_spec(mode: Mode, name: str, checkpoint: Path) -> dict[str, Any]:
@@ -176,84 +198,115 @@ def _kill_one(name: str, rng: random.Random) -> bool:
         return False
 
 
-def run_one(mode: Mode, kill_every_s: float | None, duration_s: float, address: str, workdir: Path, seed: int, settle_s: float = 0.0) -> Timeline:
-    """Run the job ``mode`` for ``duration_s`` of stepping, killing a rank every ``kill_every_s``, from
-    ``settle_s`` after the first step."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"{mode.name.lower()}-{int(kill_every_s or 0)}"
-    name = f"goodput-{tag}"
-    checkpoint, spec_path = workdir / f"{tag}.checkpoint", workdir / f"{tag}.yaml"
-    import yaml
+class _Job:
+    """A way's job (for checkpoint-restart: the jobs that follow one another), sampled while a
+    window runs: start it, wait for its first step and ``settle_s``, then :meth:`window` by window."""
 
-    spec_path.write_text(yaml.safe_dump(job_spec(mode, name, checkpoint), sort_keys=False))
-    log = workdir / f"{tag}.log"
-    timeline = Timeline(mode, kill_every_s, duration_s)
-    daemon = Daemon(spec_path, address, log)
-    rng = random.Random(seed)
-    try:
+    def __init__(self, mode: Mode, tag: str, address: str, workdir: Path, seed: int, settle_s: float) -> None:
+        import yaml
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.mode, self.address, self.name = mode, address, f"goodput-{tag}"
+        self.checkpoint, self.spec_path, self.log = workdir / f"{tag}.checkpoint", workdir / f"{tag}.yaml", workdir / f"{tag}.log"
+        self.spec_path.write_text(yaml.safe_dump(job_spec(mode, self.name, self.checkpoint), sort_keys=False))
+        self.rng = random.Random(seed)
+        self.timeline = Timeline(mode)
+        self.daemon = Daemon(self.spec_path, address, self.log)
         deadline = time.monotonic() + 300
-        while _read_step(checkpoint) is None:  # the first step: start-up is not measured
-            if daemon.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name}: no first step (see {log})")
+        while _read_step(self.checkpoint) is None:  # the first step: start-up is not measured
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: no first step after 300s (see {self.log})")
             time.sleep(0.05)
         # The first seconds of stepping still pay for start-up (standbys constructing beside the
         # ranks, first calls warming caches): not measured, in every way alike.
         settled = time.monotonic() + settle_s
         while time.monotonic() < settled:
-            if daemon.proc.poll() is not None:
-                raise RuntimeError(f"{name}: the daemon exited with {daemon.proc.returncode} (see {log})")
+            self._check_alive()
             time.sleep(0.05)
-        t0 = time.monotonic()
-        first = _read_step(checkpoint) or 0
-        timeline.samples.append((0.0, first))
-        next_kill = t0 + kill_every_s if kill_every_s else None
-        while (now := time.monotonic()) < t0 + duration_s:
-            if daemon.proc.poll() is not None:
-                if mode is not Mode.CHECKPOINT_RESTART:
-                    raise RuntimeError(f"{name}: the daemon exited with {daemon.proc.returncode} (see {log})")
-                daemon.log.close()
-                daemon = Daemon(spec_path, address, log)  # the next job, from the checkpoint
-                timeline.jobs += 1
-            if next_kill is not None and now >= next_kill and _kill_one(name, rng):
-                timeline.kills.append(now - t0)
-                next_kill += kill_every_s  # type: ignore[operator]
-            step = _read_step(checkpoint)
-            if step is not None:
-                timeline.samples.append((now - t0, step))
+        self.t0 = time.monotonic()
+        self.timeline.samples.append((0.0, self._step()))
+
+    def _step(self) -> int:
+        step = _read_step(self.checkpoint)
+        return step if step is not None else (self.timeline.samples[-1][1] if self.timeline.samples else 0)
+
+    def _check_alive(self) -> None:
+        if self.daemon.proc.poll() is None:
+            return
+        if self.mode is not Mode.CHECKPOINT_RESTART:
+            raise RuntimeError(f"{self.name}: the daemon exited with {self.daemon.proc.returncode} (see {self.log})")
+        self.daemon.log.close()
+        self.daemon = Daemon(self.spec_path, self.address, self.log)  # the next job, from the checkpoint
+        self.timeline.jobs += 1
+
+    def window(self, kill_every_s: float | None, duration_s: float) -> Window:
+        """Run one window of ``duration_s``, with a kill every ``kill_every_s`` (None: none)."""
+        start = time.monotonic() - self.t0
+        first = self._step()
+        self.timeline.samples.append((start, first))
+        window = Window(kill_every_s, start, start + duration_s, 0)
+        next_kill = self.t0 + start + self._first_kill_s(kill_every_s) if kill_every_s else None
+        while (now := time.monotonic()) < self.t0 + window.end_s:
+            self._check_alive()
+            if next_kill is not None and now >= next_kill and _kill_one(self.name, self.rng):
+                window.kills.append(now - self.t0)
+                next_kill += kill_every_s  # type: ignore[operator]  # on schedule, whenever this one landed
+            self.timeline.samples.append((now - self.t0, self._step()))
             time.sleep(SAMPLE_S)
-        step = _read_step(checkpoint)
-        timeline.samples.append((duration_s, step if step is not None else timeline.samples[-1][1]))
-    finally:
-        daemon.stop()
-    return timeline
+        last = self._step()
+        self.timeline.samples.append((window.end_s, last))
+        window.steps = last - first
+        self.timeline.windows.append(window)
+        return window
+
+    def _first_kill_s(self, kill_every_s: float) -> float:
+        # A supervised way's kill owns the interval after it, which ends inside the window. The
+        # baseline's long runs kill at the end of each interval, as a job that has run for a while.
+        return kill_every_s if self.mode is Mode.CHECKPOINT_RESTART else 0.0
+
+    def stop(self) -> None:
+        self.daemon.stop()
 
 
-def run(fault_free_s: float = 60.0, faulty_s: float = 120.0, seed: int = 0, plot: bool = True, warmup_s: float = 20.0, settle_s: float = 20.0) -> list[Row]:
+def run(
+    window_s: float = 60.0, cycles: int = 2, baseline_s: float = 120.0, seed: int = 0, plot: bool = True,
+    warmup_s: float = 20.0, settle_s: float = 20.0,
+) -> list[Row]:  # fmt: skip
+    """Measure the three ways (see the module's docstring). ``window_s``: a supervised way's windows;
+    ``baseline_s``: the length of each checkpoint-restart run with kills (its fault-free runs are
+    half as long)."""
     import ray
 
     from .common import local_cluster
 
     cluster = local_cluster([{"num_cpus": 1, "num_gpus": 0}, {"num_cpus": 4, "num_gpus": 4}, {"num_cpus": 4, "num_gpus": 4}])
-    timelines: dict[tuple[Mode, float | None], Timeline] = {}  # (way, kill every; None: fault-free; AFTER)
+    timelines: dict[Mode, list[Timeline]] = {mode: [] for mode in Mode}
     try:
         with tempfile.TemporaryDirectory(prefix="goodput-") as tmp:
             # The cluster's first job pays for what later ones find warm (worker processes, imports in
             # the page cache): a short run first, not counted.
-            run_one(Mode.SUPERVISED, None, warmup_s, cluster.address, Path(tmp) / "warmup", seed)
-            # Each way's runs back to back, its faulty runs between two fault-free ones: this machine's
-            # pace drifts by several per cent over minutes, and the mean of a reference before and
-            # one after is measured where the faulty runs were.
-            for mode in Mode:
-                for kill_every_s in (None, *KILL_RATES_S, None):
-                    duration = fault_free_s if kill_every_s is None else faulty_s
-                    key = (mode, kill_every_s) if (mode, kill_every_s) not in timelines else (mode, AFTER)
-                    workdir = Path(tmp) / ("after" if key[1] == AFTER else "")  # a checkpoint of its own
-                    timeline = run_one(mode, kill_every_s, duration, cluster.address, workdir, seed, settle_s)
-                    timelines[key] = timeline
-                    print(
-                        f"goodput {mode.value}, kill every {kill_every_s or '-'} s: {timeline.steps_per_min:.1f} steps/min, "
-                        f"{len(timeline.kills)} kills, {timeline.jobs} job(s); stalls (s): {timeline.stalls()}", flush=True,
-                    )  # fmt: skip
+            warmup = _Job(Mode.SUPERVISED, "warmup", cluster.address, Path(tmp), seed, 0.0)
+            try:
+                warmup.window(None, warmup_s)
+            finally:
+                warmup.stop()
+            for mode in (Mode.SUPERVISED, Mode.STANDBY):
+                job = _Job(mode, mode.name.lower(), cluster.address, Path(tmp), seed, settle_s)
+                try:
+                    for kill_every_s in CYCLE * cycles:
+                        _report(job.timeline, job.window(kill_every_s, window_s))
+                finally:
+                    job.stop()
+                timelines[mode].append(job.timeline)
+            for i, kill_every_s in enumerate((None, *KILL_RATES_S, None)):
+                tag = f"checkpoint_restart-{i}"
+                job = _Job(Mode.CHECKPOINT_RESTART, tag, cluster.address, Path(tmp), seed, settle_s)
+                try:
+                    _report(job.timeline, job.window(kill_every_s, baseline_s if kill_every_s else baseline_s / 2))
+                finally:
+                    job.stop()
+                timelines[Mode.CHECKPOINT_RESTART].append(job.timeline)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -262,44 +315,83 @@ def run(fault_free_s: float = 60.0, faulty_s: float = 120.0, seed: int = 0, plot
     return rows(timelines)
 
 
-def rows(timelines: dict[tuple[Mode, float | None], Timeline]) -> list[Row]:
+def _report(timeline: Timeline, window: Window) -> None:
+    rate = f"kill every {window.kill_every_s:g} s" if window.kill_every_s else "fault-free"
+    print(
+        f"goodput {timeline.mode.value}, {rate}: {window.steps_per_min:.1f} steps/min over {window.end_s - window.start_s:g} s, "
+        f"{len(window.kills)} kills, {timeline.jobs} job(s) so far; stalls (s after the window's start, s): {timeline.stalls(window)}",
+        flush=True,
+    )  # fmt: skip
+
+
+def pace(timelines: list[Timeline], kill_every_s: float | None) -> tuple[Stat, int, int]:
+    """Steps per minute over every window of this rate (``None``: fault-free), as a Stat whose p95 is
+    the window least favourable to supervision (the slowest faulty one, the fastest fault-free one);
+    and how many windows and kills that was."""
+    windows = [w for t in timelines for w in t.windows if w.kill_every_s == kill_every_s]
+    steps = sum(w.steps for w in windows)
+    seconds = sum(w.end_s - w.start_s for w in windows)
+    paces = [w.steps_per_min for w in windows]
+    worst = max(paces) if kill_every_s is None else min(paces)
+    return Stat(steps / seconds * 60.0, worst, len(windows)), len(windows), sum(len(w.kills) for w in windows)
+
+
+def rows(timelines: dict[Mode, list[Timeline]]) -> list[Row]:
     """The RESULTS.md rows: effective time per way and rate, and each way against checkpoint-restart."""
     out = []
     for kill_every_s in KILL_RATES_S:
         for mode in Mode:
-            faulty = timelines[(mode, kill_every_s)]
-            kills = f"1 SIGKILL / {kill_every_s:g} s ({len(faulty.kills)} in {faulty.duration_s:g} s)"
-            goal = GOAL if mode is Mode.STANDBY and kill_every_s == 30.0 else ""
+            faulty, windows, kills = pace(timelines[mode], kill_every_s)
+            reference, free_windows, _ = pace(timelines[mode], None)
+            if mode is Mode.CHECKPOINT_RESTART:
+                span = f"{kills} in {windows} run(s) of {_length(timelines[mode], kill_every_s):g} s"
+                ref_text = f"fault-free runs before and after ({free_windows}; p95: the faster)"
+            else:
+                span = f"{kills} in {windows} windows of {_length(timelines[mode], kill_every_s):g} s; p95: the slowest"
+                ref_text = f"the fault-free windows between ({free_windows}; p95: the fastest)"
+            goal = GOAL if mode is Mode.STANDBY and kill_every_s == KILL_RATES_S[0] else ""
             out.append(
                 Row(
-                    "goodput: steps/min with faults / fault-free", f"{mode.value}, {kills}", _per_min(faulty),
-                    "fault-free (mean of before and after; p95: the faster)", fault_free(timelines, mode), goal, unit="steps/min",
+                    "goodput: steps/min with faults / fault-free", f"{mode.value}, 1 SIGKILL / {kill_every_s:g} s ({span})",
+                    faulty, ref_text, reference, goal, unit="steps/min",
                 )  # fmt: skip
             )
-        base = timelines[(Mode.CHECKPOINT_RESTART, kill_every_s)]
+        base, _, _ = pace(timelines[Mode.CHECKPOINT_RESTART], kill_every_s)
+        jobs = sum(t.jobs for t in timelines[Mode.CHECKPOINT_RESTART] if any(w.kill_every_s == kill_every_s for w in t.windows))
         for mode in (Mode.SUPERVISED, Mode.STANDBY):
             out.append(
                 Row(
                     "goodput: steps/min, against checkpoint-restart", f"{mode.value}, 1 SIGKILL / {kill_every_s:g} s",
-                    _per_min(timelines[(mode, kill_every_s)]), f"checkpoint-restart ({base.jobs} jobs)", _per_min(base),
-                    unit="steps/min",
+                    pace(timelines[mode], kill_every_s)[0], f"checkpoint-restart ({jobs} jobs)", base, unit="steps/min",
                 )  # fmt: skip
             )
     return out
 
 
-def _per_min(t: Timeline) -> Stat:
-    return Stat(t.steps_per_min, t.steps_per_min, 1)
+def _length(timelines: list[Timeline], kill_every_s: float) -> float:
+    return next(w.end_s - w.start_s for t in timelines for w in t.windows if w.kill_every_s == kill_every_s)
 
 
-def fault_free(timelines: dict[tuple[Mode, float | None], Timeline], mode: Mode) -> Stat:
-    """A way's fault-free pace: the mean of its run before its faulty runs and the one after."""
-    rates = [timelines[(mode, k)].steps_per_min for k in (None, AFTER) if (mode, k) in timelines]
-    return Stat(sum(rates) / len(rates), max(rates), len(rates))
+def stitched(timelines: list[Timeline], kill_every_s: float) -> tuple[list[float], list[int], list[float]]:
+    """The windows of one rate end to end: (seconds of such windows, steps in them) samples, and the kills."""
+    xs: list[float] = []
+    ys: list[int] = []
+    kills: list[float] = []
+    offset_s, offset_steps = 0.0, 0
+    for timeline in timelines:
+        for w in (w for w in timeline.windows if w.kill_every_s == kill_every_s):
+            inside = [(t, s) for t, s in timeline.samples if w.start_s <= t <= w.end_s]
+            first = inside[0][1]
+            xs += [offset_s + t - w.start_s for t, _ in inside]
+            ys += [offset_steps + s - first for _, s in inside]
+            kills += [offset_s + k - w.start_s for k in w.kills]
+            offset_s, offset_steps = xs[-1], ys[-1]
+    return xs, ys, kills
 
 
-def write_plot(timelines: dict[tuple[Mode, float | None], Timeline], path: Path) -> None:
-    """Steps over time, one panel per kill rate: the three ways, each beside its fault-free pace."""
+def write_plot(timelines: dict[Mode, list[Timeline]], path: Path) -> None:
+    """Steps over time, one panel per kill rate: each way's faulty windows end to end, beside the pace
+    of its own fault-free windows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -308,20 +400,21 @@ def write_plot(timelines: dict[tuple[Mode, float | None], Timeline], path: Path)
     colors = {Mode.SUPERVISED: "tab:blue", Mode.STANDBY: "tab:green", Mode.CHECKPOINT_RESTART: "tab:red"}
     fig, axes = plt.subplots(1, len(KILL_RATES_S), figsize=(6 * len(KILL_RATES_S), 4.2), sharey=True)
     for ax, kill_every_s in zip(axes, KILL_RATES_S, strict=True):
-        horizon = timelines[(Mode.SUPERVISED, kill_every_s)].duration_s
+        horizon = 0.0
         for mode in Mode:
-            t = timelines[(mode, kill_every_s)]
-            first = t.samples[0][1]
-            ax.plot([s[0] for s in t.samples], [s[1] - first for s in t.samples], color=colors[mode], label=mode.value)
-            rate = fault_free(timelines, mode).median / 60.0  # each way's own fault-free pace
-            ax.plot([0, horizon], [0, rate * horizon], color=colors[mode], linestyle=":", linewidth=0.9, label=f"{mode.value}, fault-free pace")
-        for k in timelines[(Mode.STANDBY, kill_every_s)].kills:
-            ax.axvline(k, color="black", alpha=0.15, linewidth=0.8)
+            xs, ys, kills = stitched(timelines[mode], kill_every_s)
+            horizon = max(horizon, xs[-1])
+            ax.plot(xs, ys, color=colors[mode], label=mode.value)
+            rate = pace(timelines[mode], None)[0].median / 60.0
+            ax.plot([0, xs[-1]], [0, rate * xs[-1]], color=colors[mode], linestyle=":", linewidth=0.9, label=f"{mode.value}, fault-free pace")
+            if mode is Mode.STANDBY:
+                for k in kills:
+                    ax.axvline(k, color="black", alpha=0.15, linewidth=0.8)
         ax.set_title(f"one SIGKILL of a random rank every {kill_every_s:g} s")
-        ax.set_xlabel("seconds since the first step")
+        ax.set_xlabel("seconds with faults (a way's faulty windows end to end)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("steps done")
-    axes[0].legend(loc="upper left")
+    axes[0].legend(loc="upper left", fontsize=8)
     fig.suptitle("examples/rlhf: steps over time under faults (bench/goodput.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -330,11 +423,12 @@ def write_plot(timelines: dict[tuple[Mode, float | None], Timeline], path: Path)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--fault-free-s", type=float, default=60.0)
-    parser.add_argument("--faulty-s", type=float, default=120.0)
+    parser.add_argument("--window-s", type=float, default=60.0, help="length of a supervised way's windows")
+    parser.add_argument("--cycles", type=int, default=2, help="times each supervised way goes through its four windows")
+    parser.add_argument("--baseline-s", type=float, default=120.0, help="length of a checkpoint-restart run with kills")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    print_rows(run(args.fault_free_s, args.faulty_s, args.seed))
+    print_rows(run(args.window_s, args.cycles, args.baseline_s, args.seed))
 
 
 if __name__ == "__main__":

@@ -48,3 +48,54 @@ def test_a_section_is_spliced_in_place_and_appended_when_new():
     assert once == table + "\n" + section
     again = splice_section(once + "\ntrailer\n", "goodput", section.replace("97 steps", "98 steps"))
     assert again == table + "\n" + section.replace("97 steps", "98 steps") + "\ntrailer\n"
+
+
+def _timeline(mode, windows):
+    """A job whose windows (rate, seconds, steps per second, kills) follow one another, sampled each second."""
+    from bench.goodput import Timeline, Window
+
+    timeline, t, steps = Timeline(mode), 0.0, 0
+    timeline.samples.append((0.0, 0))
+    for rate, seconds, per_s, kills in windows:
+        window = Window(rate, t, t + seconds, 0, [t + k for k in kills])
+        for _ in range(int(seconds)):
+            t += 1.0
+            steps += per_s
+            timeline.samples.append((t, steps))
+        window.steps = per_s * int(seconds)
+        timeline.windows.append(window)
+    return timeline
+
+
+def test_goodput_pools_each_rates_windows_against_the_fault_free_ones_between_them():
+    from bench.goodput import Mode, pace, rows, stitched
+
+    standby = _timeline(Mode.STANDBY, [(None, 60, 30, []), (30.0, 60, 27, [0, 30]), (None, 60, 28, []), (10.0, 60, 20, [0, 10, 20, 30, 40, 50])])
+    supervised = _timeline(Mode.SUPERVISED, [(None, 60, 30, []), (30.0, 60, 24, [0, 30]), (None, 60, 30, []), (10.0, 60, 15, [0, 10, 20, 30, 40, 50])])
+    baseline = [
+        _timeline(Mode.CHECKPOINT_RESTART, [(None, 60, 30, [])]),
+        _timeline(Mode.CHECKPOINT_RESTART, [(30.0, 120, 9, [30, 60, 90])]),
+        _timeline(Mode.CHECKPOINT_RESTART, [(10.0, 120, 3, [10, 40, 70])]),
+        _timeline(Mode.CHECKPOINT_RESTART, [(None, 60, 26, [])]),
+    ]
+    free, windows, kills = pace([standby], None)
+    assert (free.median, free.p95, windows, kills) == (29 * 60, 30 * 60, 2, 0)  # pooled; p95 the fastest
+    faulty, windows, kills = pace([standby], 30.0)
+    assert (faulty.median, windows, kills) == (27 * 60, 1, 2)
+    table = {(r.benchmark, r.case.split(" (")[0]): r for r in rows({Mode.STANDBY: [standby], Mode.SUPERVISED: [supervised], Mode.CHECKPOINT_RESTART: baseline})}
+    effective = table[("goodput: steps/min with faults / fault-free", "supervised + standby, 1 SIGKILL / 30 s")]
+    assert round(effective.ratio, 4) == round(27 / 29, 4) and effective.goal and effective.met is False
+    assert "2 in 1 windows of 60 s" in effective.case
+    assert round(table[("goodput: steps/min with faults / fault-free", "checkpoint-restart, 1 SIGKILL / 10 s")].ratio, 4) == round(3 / 28, 4)
+    against = table[("goodput: steps/min, against checkpoint-restart", "supervised, 1 SIGKILL / 10 s")]
+    assert against.ratio == 5.0 and not against.goal
+    xs, ys, marks = stitched([standby], 10.0)
+    assert (xs[0], ys[0], xs[-1], ys[-1], marks[:2]) == (0.0, 0, 60.0, 1200, [0.0, 10.0])
+
+
+def test_goodput_stalls_are_stretches_without_a_step_inside_a_window():
+    from bench.goodput import Mode, Timeline, Window
+
+    timeline = Timeline(Mode.SUPERVISED, samples=[(0.0, 0), (1.0, 5), (1.5, 5), (2.0, 5), (3.0, 5), (3.5, 9), (4.0, 12)])
+    assert timeline.stalls(Window(30.0, 0.0, 4.0, 12)) == [(1.5, 2.0)]
+    assert timeline.stalls(Window(30.0, 3.0, 4.0, 7)) == []

@@ -346,8 +346,6 @@ def test_a_removed_group_or_pool_leaves_no_series_and_the_others_keep_theirs():
     assert set(after) == group_families and all("g" not in v and "h" in v for v in after.values())
     pools = _series_by_family("pool")
     assert set(pools) == pool_families and all("p" not in v and "q" in v for v in pools.values())
-    assert ("g", "generate") not in metrics._DISPATCH_DURATION_CHILDREN
-    assert ("h", "generate") in metrics._DISPATCH_DURATION_CHILDREN
 
     # A call of a forgotten group (one supervised again under the same name) starts its series again.
     metrics.observe_dispatch("g", "generate", 0.01, None)

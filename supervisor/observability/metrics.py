@@ -8,13 +8,13 @@ and base units; labels are bounded (never node or actor ids: those go to logs).
 from __future__ import annotations
 
 import enum
-import threading
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from ..daemon.loopback import is_loopback_host
+from .call_histogram import CallHistogram
 
 __all__ = [
     "REGISTRY",
@@ -61,7 +61,8 @@ LONG_LATENCY_BUCKETS = (*LATENCY_BUCKETS, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 # Waiting for GPUs can take up to half an hour behind a queue or an autoscaler.
 RESOURCE_WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 1800.0)
 
-DISPATCH_DURATION = Histogram(
+# Observed on every training step's every call: a histogram made for that (call_histogram.py).
+DISPATCH_DURATION = CallHistogram(
     "supervisor_dispatch_duration_seconds", "Duration of a bound group method call, dispatch to collect.",
     ["group", "method"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
@@ -133,25 +134,9 @@ class DispatchFailure(enum.Enum):
     GROUP_FAILED = "group_failed"  # the group is FAILED (restart budget exhausted)
 
 
-_DISPATCH_DURATION_CHILDREN: dict[tuple[str, str], Any] = {}
-# Taken only to fill the cache above and by forget_group, never on a cache hit: without it a call that
-# misses while its group is forgotten could cache a child no longer exported, and its series would stay
-# missing for good.
-_CHILDREN_LOCK = threading.Lock()
-
-
 def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchFailure | None) -> None:
     """Record one bound group method call."""
-    # A labelled child looked up once per (group, method): labels() takes a lock on every call, and
-    # this runs on the hot path of every training step.
-    child = _DISPATCH_DURATION_CHILDREN.get((group, method))
-    if child is None:
-        with _CHILDREN_LOCK:
-            child = _DISPATCH_DURATION_CHILDREN.get((group, method))
-            if child is None:
-                child = DISPATCH_DURATION.labels(group=group, method=method)
-                _DISPATCH_DURATION_CHILDREN[(group, method)] = child
-    child.observe(seconds)
+    DISPATCH_DURATION.observe(seconds, group, method)
     if failure is not None:
         DISPATCH_FAILURES.labels(group=group, method=method, reason=failure.value).inc()
 
@@ -164,10 +149,7 @@ def forget_group(group: str) -> None:
     otherwise stay exported forever, and over a long run of short-lived groups they pile up. Anything
     recorded for the group afterwards starts its series again from zero.
     """
-    with _CHILDREN_LOCK:
-        _forget("group", group)
-        for key in [k for k in _DISPATCH_DURATION_CHILDREN if k[0] == group]:
-            del _DISPATCH_DURATION_CHILDREN[key]
+    _forget("group", group)
 
 
 def forget_pool(pool: str) -> None:
@@ -179,7 +161,7 @@ def _forget(label: str, value: str) -> None:
     # The metrics are found from the definitions above rather than listed, so one added later with
     # the label is forgotten too.
     for metric in list(globals().values()):
-        if isinstance(metric, MetricWrapperBase) and label in metric._labelnames:
+        if isinstance(metric, MetricWrapperBase | CallHistogram) and label in metric._labelnames:
             metric.remove_by_labels({label: value})
 
 
