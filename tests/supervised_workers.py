@@ -102,10 +102,23 @@ class WarmUpWorker(SlowStartWorker):
             raise RuntimeError("no weights to load")
         time.sleep(self.warm_up_s)
         self.warm_ups += 1
+        self.warm_up_nices = thread_nices()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def identity(self) -> dict:
-        return {**super().identity(), "warm_ups": self.warm_ups}
+        return {**super().identity(), "warm_ups": self.warm_ups, "warm_up_nices": getattr(self, "warm_up_nices", None), "nices": thread_nices()}
+
+
+def thread_nices() -> list[int]:
+    """The nice value of every thread of this process (Linux: field 19 of each task's stat)."""
+    out = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = open(f"/proc/self/task/{tid}/stat").read()  # noqa: SIM115 - read at once
+        except OSError:  # the thread ended
+            continue
+        out.append(int(stat.rsplit(")", 1)[1].split()[16]))
+    return sorted(out)
 
 
 class RankDependentWorker(SlowStartWorker):

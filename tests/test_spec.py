@@ -203,6 +203,7 @@ def test_every_group_field_reaches_the_supervision_config():
                 "shutdown_timeout_s": "3",
                 "standbys": "1",
                 "standby_reach": '"any_node"',
+                "standby_nice": "5",
             },
             pool={"capacity_factor": "1.5"},
         )
@@ -227,6 +228,7 @@ def test_every_group_field_reaches_the_supervision_config():
         in_flight=InFlightPolicy.RAISE,
         standbys=1,
         standby_reach=StandbyReach.ANY_NODE,
+        standby_nice=5,
         actor_start_timeout_s=45.0,
     )
     config.init_kwargs["n"] = 99  # the config gets a copy: the (frozen) spec is not changed through it
@@ -438,6 +440,11 @@ BAD_SPECS = [
     pytest.param(doc(group={"init_kwargs": "{ n = 1 }"}), "given without init_method", "groups.counter.init_kwargs", 1, id="init_kwargs_without_init_method"),
     pytest.param(doc(group={"standby_warmup_method": '"add"'}), "given without standbys", "groups.counter.standby_warmup_method", 1, id="warm_up_without_standbys"),
     pytest.param(doc(group={"standby_reach": '"any_node"'}), "given without standbys", "groups.counter.standby_reach", 1, id="reach_without_standbys"),
+    pytest.param(doc(group={"standby_nice": "5"}), "given without standbys", "groups.counter.standby_nice", 1, id="nice_without_standbys"),
+    pytest.param(
+        doc(group={"standbys": "1", "standby_nice": "20"}, pool={"capacity_factor": "2.0"}),
+        "must be 0..19 (a nice increment), got 20", "groups.counter.standby_nice", 1, id="nice_out_of_range",
+    ),  # fmt: skip
     pytest.param(
         doc(group={"standby_reach": '"anywhere"'}, pool={"capacity_factor": "2.0"}),
         "expected one of 'same_node', 'any_node', got string 'anywhere'", "groups.counter.standby_reach", 1, id="unknown_reach",

@@ -15,6 +15,8 @@ WG_PREFIX            the group's name prefix
 WG_BACKEND           always ``ray``
 SUPERVISOR_STANDBY   ``1`` in a pre-started standby, which has no RANK/LOCAL_RANK/LOCAL_WORLD_SIZE
                      until it takes over a failed rank's environment
+SUPERVISOR_STANDBY_NICE in a standby, how much it lowers its CPU priority until then (its
+                     group's ``standby_nice``; absent when 0)
 ==================== ==========================================================================
 
 The user's ``worker_env`` may add variables but never override these.
@@ -27,14 +29,17 @@ from dataclasses import dataclass
 
 from ..errors import WorkerEnvError
 
-__all__ = ["STANDBY_ENV_KEY", "standby_env_vars", "VERL_ENV_KEYS", "verl_worker_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
+__all__ = ["STANDBY_ENV_KEY", "STANDBY_NICE_ENV_KEY", "standby_env_vars", "VERL_ENV_KEYS", "verl_worker_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
 
 # Set (to "1") in a standby's environment instead of RANK/LOCAL_RANK/LOCAL_WORLD_SIZE.
 STANDBY_ENV_KEY = "SUPERVISOR_STANDBY"
+# How much a standby lowers its CPU priority (nice increment) until it takes over a rank; 0: not at all.
+STANDBY_NICE_ENV_KEY = "SUPERVISOR_STANDBY_NICE"
 
 RESERVED_ENV_KEYS: frozenset[str] = frozenset(
     {
         STANDBY_ENV_KEY,
+        STANDBY_NICE_ENV_KEY,
         "WORLD_SIZE",
         "RANK",
         "LOCAL_RANK",
@@ -132,11 +137,16 @@ def verl_worker_env_vars(
     return env
 
 
-def standby_env_vars(world_size: int, prefix: str, rendezvous: Rendezvous, user_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a standby: the group's variables, but no rank until it takes one over."""
+def standby_env_vars(
+    world_size: int, prefix: str, rendezvous: Rendezvous, user_env: Mapping[str, str] | None = None, nice: int = 0
+) -> dict[str, str]:
+    """The environment of a standby: the group's variables, but no rank until it takes one over, and
+    how much it lowers its CPU priority until then (``nice``)."""
     identity = WorkerIdentity(rank=0, world_size=world_size, local_rank=0, local_world_size=1, prefix=prefix)
     env = worker_env_vars(identity, rendezvous, user_env)
     for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE"):
         del env[key]
     env[STANDBY_ENV_KEY] = "1"
+    if nice:
+        env[STANDBY_NICE_ENV_KEY] = str(nice)
     return env

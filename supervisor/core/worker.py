@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import WorkerEnvError
+from . import cpu_priority
 from .decorator import register
-from .env import STANDBY_ENV_KEY
+from .env import STANDBY_ENV_KEY, STANDBY_NICE_ENV_KEY
 from .heartbeat import start_heartbeat
 from .modes import Dispatch, Execute
 
@@ -245,6 +246,14 @@ class Worker(SupervisedEndpoints, WorkerHelper):
         """The environment variables that configure a worker."""
         return ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"]
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Worker:
+        instance = super().__new__(cls)
+        # Before anything of the user's class runs: a standby's start and warm-up take the CPU the
+        # ranks leave (core/cpu_priority.py), until it takes over a rank.
+        nice = _env_int(STANDBY_NICE_ENV_KEY, 0) if os.environ.get(STANDBY_ENV_KEY) else 0
+        instance._standby_priority = cpu_priority.lower(nice)
+        return instance
+
     def __init__(self, cuda_visible_devices: str | None = None) -> None:
         if cuda_visible_devices is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = str(cuda_visible_devices)
@@ -329,6 +338,8 @@ class Worker(SupervisedEndpoints, WorkerHelper):
         """Become a rank: a standby adopts the failed rank's environment (rank, rendezvous, user env)."""
         if not self.is_standby:
             raise WorkerEnvError(f"rank {self._rank} is not a standby and cannot take over another rank")
+        cpu_priority.restore(self._standby_priority)  # first: it serves as a rank from here on
+        self._standby_priority = None
         os.environ.pop(STANDBY_ENV_KEY, None)
         os.environ.update(env)
         self._read_identity()

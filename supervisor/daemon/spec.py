@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.cpu_priority import NICE_MAX
 from ..core.heartbeat import HEARTBEAT_PERIOD_S
 from ..errors import ConfigError, first_line
 from ..placement.budget import WorkerBudget, bundle_misfits
@@ -184,6 +185,7 @@ class GroupSpec:
     standbys: int = SupervisionConfig.standbys  # pre-started actors in the pool's spare bundles, taking over failed ranks
     standby_warmup_method: str | None = None  # run by each standby before it is ready: the rank-independent part of the init
     standby_reach: StandbyReach = SupervisionConfig.standby_reach  # which standbys may take over a rank whose bundle is placed: on its node only, or on any node (the rank may move)
+    standby_nice: int = SupervisionConfig.standby_nice  # CPU priority lowered by this (nice) while a standby starts and warms up; 0: not lowered
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
@@ -215,6 +217,7 @@ class GroupSpec:
             standbys=self.standbys,
             standby_warmup_method=self.standby_warmup_method,
             standby_reach=self.standby_reach,
+            standby_nice=self.standby_nice,
             actor_start_timeout_s=self.actor_start_timeout_s,
         )
 
@@ -645,6 +648,10 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.standby_warmup_method: given without standbys")
         if group.standby_reach is not StandbyReach.SAME_NODE and not group.standbys:
             problems.append(f"{path}.standby_reach: given without standbys")
+        if not 0 <= group.standby_nice <= NICE_MAX:
+            problems.append(f"{path}.standby_nice: must be 0..{NICE_MAX} (a nice increment), got {group.standby_nice}")
+        elif group.standby_nice != SupervisionConfig.standby_nice and not group.standbys:
+            problems.append(f"{path}.standby_nice: given without standbys")
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if spec.ray.auth_token_path is not None:
         problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]

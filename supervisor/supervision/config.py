@@ -59,6 +59,11 @@ class SupervisionConfig:
         standby_reach: whether a standby on another node may take over a rank whose own bundle is
             still placed (:class:`~supervisor.placement.standby.StandbyReach`; by default only one on
             the rank's node, so a rank keeps its node unless that node is lost).
+        standby_nice: how much a standby lowers its CPU priority (a nice increment, 0..19) while it
+            starts and warms up, restored when it takes over a rank: a standby is speculative, and
+            takes only the CPU the running ranks leave. 0: not lowered. Not lowered either where
+            the process could not raise it back (no ``CAP_SYS_NICE``, an ``RLIMIT_NICE`` that does
+            not allow it; see :mod:`supervisor.core.cpu_priority`).
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -78,3 +83,4 @@ class SupervisionConfig:
     standby_check_s: float = 2.0
     standby_warmup_method: str | None = None
     standby_reach: StandbyReach = StandbyReach.SAME_NODE
+    standby_nice: int = 10
