@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 VERL_VERSION ?= 0.9.1
 VERL_SRC ?= $(VENV)/verl_src
 
-.PHONY: setup tools verl-src verl-env run quickstart test test-verl conformance test-tensordict-range lint clean
+.PHONY: setup tools verl-src verl-env run quickstart test test-verl conformance test-tensordict-range tensordict-range-deps lint clean
 
 setup: $(VENV)/.installed
 
@@ -44,8 +44,13 @@ $(VERL_SRC)/verl/protocol.py: | setup
 	tar xzf $(VERL_SRC)/verl-$(VERL_VERSION).tar.gz -C $(VERL_SRC) --strip-components=1
 
 # Tests marked `verl` need the installed verl: they run in the second environment (test-verl), not here.
+# The second environment and the older tensordict are installed while the first suite runs (pip mostly
+# waits on the disk; CI has a time limit); their output follows the suite's, and either failing fails.
 test: setup tools verl-src
-	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q --durations=25 -m "not verl"
+	@{ $(MAKE) --no-print-directory verl-env tensordict-range-deps > $(VENV)/side-setup.log 2>&1; echo $$? > $(VENV)/side-setup.rc; } & \
+	VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q --durations=25 -m "not verl"; status=$$?; \
+	wait; echo "-- installed beside the suite (verl-env, tensordict-range-deps):"; cat $(VENV)/side-setup.log; \
+	test $$status = 0 && test "$$(cat $(VENV)/side-setup.rc)" = 0
 	$(MAKE) test-tensordict-range
 	$(MAKE) test-verl
 
@@ -99,10 +104,15 @@ test-verl: verl-env verl-src tools conformance
 # into a directory of its own and put in front of the venv's on PYTHONPATH (Ray's workers inherit it),
 # and EXPECT_TENSORDICT makes the run check that it is the one imported.
 TENSORDICT_RANGE ?= 0.8.0
-test-tensordict-range: setup verl-src
+tensordict-range-deps: setup
 	@for v in $(TENSORDICT_RANGE); do \
 		dir=$(abspath $(VENV))/tensordict-$$v; \
 		test -d $$dir/tensordict || $(BIN)/python -m pip install --quiet --no-deps --target $$dir "tensordict==$$v" "pyvers<0.2" || exit 1; \
+	done
+
+test-tensordict-range: setup verl-src tensordict-range-deps
+	@for v in $(TENSORDICT_RANGE); do \
+		dir=$(abspath $(VENV))/tensordict-$$v; \
 		echo "tensordict $$v:"; \
 		PYTHONPATH=$$dir EXPECT_TENSORDICT=$$v VERL_SRC=$(abspath $(VERL_SRC)) $(BIN)/python -m pytest -q -p no:cacheprovider \
 			tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py || exit 1; \
