@@ -229,7 +229,24 @@ def _mesh_place(worker: Any, mesh: str) -> tuple[int, bool]:
     return int(worker._query_dispatch_info(mesh)), bool(worker.query_collect_info(mesh))
 
 
-class Worker(SupervisedEndpoints, WorkerHelper):
+class _StandbyPriority:
+    """Lowers a standby's CPU priority before anything of the user's class runs: its start and warm-up
+    take the CPU the ranks leave (core/cpu_priority.py), until it takes over a rank.
+
+    A base of its own, not ``Worker.__new__``: ``inspect.signature(Worker)`` takes a ``__new__``
+    defined beside ``__init__`` over it, and Worker's signature must stay verl's.
+    """
+
+    _standby_priority: int | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        instance = super().__new__(cls)
+        nice = _env_int(STANDBY_NICE_ENV_KEY, 0) if os.environ.get(STANDBY_ENV_KEY) else 0
+        instance._standby_priority = cpu_priority.lower(nice)
+        return instance
+
+
+class Worker(SupervisedEndpoints, WorkerHelper, _StandbyPriority):
     """Base class of the user's worker classes.
 
     Subclasses add methods decorated with :func:`~supervisor.core.decorator.register`; the group binds them.
@@ -245,14 +262,6 @@ class Worker(SupervisedEndpoints, WorkerHelper):
     def env_keys(cls) -> list[str]:
         """The environment variables that configure a worker."""
         return ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"]
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Worker:
-        instance = super().__new__(cls)
-        # Before anything of the user's class runs: a standby's start and warm-up take the CPU the
-        # ranks leave (core/cpu_priority.py), until it takes over a rank.
-        nice = _env_int(STANDBY_NICE_ENV_KEY, 0) if os.environ.get(STANDBY_ENV_KEY) else 0
-        instance._standby_priority = cpu_priority.lower(nice)
-        return instance
 
     def __init__(self, cuda_visible_devices: str | None = None) -> None:
         if cuda_visible_devices is not None:
