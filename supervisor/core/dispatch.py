@@ -63,6 +63,8 @@ def _world_size(worker_group: Any) -> int:
 
 def dispatch_one_to_all(worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple[list[Any], ...], dict[str, list[Any]]]:
     """Give every rank the same arguments."""
+    if not args and not kwargs:  # a call without arguments, the commonest of all: nothing to repeat
+        return args, kwargs
     n = _world_size(worker_group)
     return tuple([a] * n for a in args), {k: [v] * n for k, v in kwargs.items()}
 

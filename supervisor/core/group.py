@@ -574,12 +574,13 @@ class WorkerGroup:
 
     # -- execution ------------------------------------------------------------------------------
     def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self.fused_worker_used and FUSED_METHOD_SEPARATOR in method_name:  # a role's, bound on the fused group
-            args = (method_name, *args)
-            method_name = FUSED_EXECUTE_METHOD
-        elif self.fused_worker_used and self.sub_cls_name:  # a role of a fused group: through its host
-            args = (fused_method_name(self.sub_cls_name, method_name), *args)
-            method_name = FUSED_EXECUTE_METHOD
+        if self.fused_worker_used:
+            if FUSED_METHOD_SEPARATOR in method_name:  # a role's, bound on the fused group
+                args = (method_name, *args)
+                method_name = FUSED_EXECUTE_METHOD
+            elif self.sub_cls_name:  # a role of a fused group: through its host
+                args = (fused_method_name(self.sub_cls_name, method_name), *args)
+                method_name = FUSED_EXECUTE_METHOD
         try:
             method = getattr(worker, method_name)
         except AttributeError:
@@ -603,6 +604,8 @@ class WorkerGroup:
 
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``method_name`` on every rank; returns one ObjectRef per rank (see :meth:`rank_arguments`)."""
+        if not args and not kwargs:  # nothing to split: the per-rank pairs are not built
+            return [self._remote(w, method_name, args, kwargs) for w in self._workers]
         return [
             self._remote(w, method_name, a, k) for w, (a, k) in zip(self._workers, self.rank_arguments(args, kwargs), strict=True)
         ]
