@@ -44,7 +44,7 @@ class Stat:
         return cls(statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], len(ordered))
 
     def show(self, unit: str = "ms") -> str:
-        scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "%": 100.0, "steps/min": 1.0, "KiB": 1 / 1024}[unit]
+        scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "%": 100.0, "steps/min": 1.0, "KiB": 1 / 1024, "of fault-free": 1.0}[unit]
         return f"{_num(self.median * scale)} {unit} (p95 {_num(self.p95 * scale)})"
 
 
