@@ -280,6 +280,8 @@ def run(
 
     from .common import local_cluster
 
+    if plot:  # at once, not after half an hour of measuring
+        _require_matplotlib()
     cluster = local_cluster([{"num_cpus": 1, "num_gpus": 0}, {"num_cpus": 4, "num_gpus": 4}, {"num_cpus": 4, "num_gpus": 4}])
     timelines: dict[Mode, list[Timeline]] = {mode: [] for mode in Mode}
     try:
@@ -310,9 +312,17 @@ def run(
     finally:
         ray.shutdown()
         cluster.shutdown()
+    table = rows(timelines)
     if plot:
         write_plot(timelines, PLOT)
-    return rows(timelines)
+    return table
+
+
+def _require_matplotlib() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit('bench.goodput: the plot needs matplotlib, which is not installed: pip install -e ".[bench]"')
 
 
 def _report(timeline: Timeline, window: Window) -> None:
