@@ -102,23 +102,36 @@ class WarmUpWorker(SlowStartWorker):
             raise RuntimeError("no weights to load")
         time.sleep(self.warm_up_s)
         self.warm_ups += 1
-        self.warm_up_nices = thread_nices()
+        self.warm_up_nices, self.warm_up_policies = thread_nices(), thread_policies()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def identity(self) -> dict:
-        return {**super().identity(), "warm_ups": self.warm_ups, "warm_up_nices": getattr(self, "warm_up_nices", None), "nices": thread_nices()}
+        return {
+            **super().identity(), "warm_ups": self.warm_ups, "nices": thread_nices(), "policies": thread_policies(),
+            "warm_up_nices": getattr(self, "warm_up_nices", None), "warm_up_policies": getattr(self, "warm_up_policies", None),
+        }  # fmt: skip
 
 
-def thread_nices() -> list[int]:
-    """The nice value of every thread of this process (Linux: field 19 of each task's stat)."""
+def _thread_stat_fields(index: int) -> list[int]:
+    """One field of every thread's /proc stat (``index`` counts from the field after the name)."""
     out = []
     for tid in os.listdir("/proc/self/task"):
         try:
             stat = open(f"/proc/self/task/{tid}/stat").read()  # noqa: SIM115 - read at once
         except OSError:  # the thread ended
             continue
-        out.append(int(stat.rsplit(")", 1)[1].split()[16]))
+        out.append(int(stat.rsplit(")", 1)[1].split()[index]))
     return sorted(out)
+
+
+def thread_nices() -> list[int]:
+    """The nice value of every thread of this process (Linux: field 19 of each task's stat)."""
+    return _thread_stat_fields(16)
+
+
+def thread_policies() -> list[int]:
+    """The scheduling policy of every thread of this process (field 41: os.SCHED_OTHER, os.SCHED_IDLE...)."""
+    return _thread_stat_fields(38)
 
 
 class RankDependentWorker(SlowStartWorker):

@@ -204,6 +204,7 @@ def test_every_group_field_reaches_the_supervision_config():
                 "standbys": "1",
                 "standby_reach": '"any_node"',
                 "standby_nice": "5",
+                "standby_sched_idle": "false",
             },
             pool={"capacity_factor": "1.5"},
         )
@@ -229,6 +230,7 @@ def test_every_group_field_reaches_the_supervision_config():
         standbys=1,
         standby_reach=StandbyReach.ANY_NODE,
         standby_nice=5,
+        standby_sched_idle=False,
         actor_start_timeout_s=45.0,
     )
     config.init_kwargs["n"] = 99  # the config gets a copy: the (frozen) spec is not changed through it
@@ -441,6 +443,7 @@ BAD_SPECS = [
     pytest.param(doc(group={"standby_warmup_method": '"add"'}), "given without standbys", "groups.counter.standby_warmup_method", 1, id="warm_up_without_standbys"),
     pytest.param(doc(group={"standby_reach": '"any_node"'}), "given without standbys", "groups.counter.standby_reach", 1, id="reach_without_standbys"),
     pytest.param(doc(group={"standby_nice": "5"}), "given without standbys", "groups.counter.standby_nice", 1, id="nice_without_standbys"),
+    pytest.param(doc(group={"standby_sched_idle": "false"}), "given without standbys", "groups.counter.standby_sched_idle", 1, id="sched_idle_without_standbys"),
     pytest.param(
         doc(group={"standbys": "1", "standby_nice": "20"}, pool={"capacity_factor": "2.0"}),
         "must be 0..19 (a nice increment), got 20", "groups.counter.standby_nice", 1, id="nice_out_of_range",

@@ -211,10 +211,11 @@ def test_a_standby_is_ready_once_its_warm_up_ran_and_takes_over_warm(ray_cluster
         assert group.worker_names[0] == standby.name
         me = group.identity()[0]
         assert (me["warm_ups"], me["initialized_as"]) == (1, 0), "warmed up once, as a standby, then the init as rank 0"
-        # It warmed up at a lower CPU priority (every thread, standby_nice 10 by default, at most 19) and
-        # serves at the ranks' own (Ray starts workers at its worker_niceness, 15 by default).
+        # It warmed up at a lower CPU priority (every thread, standby_nice 10 by default, at most 19, and
+        # SCHED_IDLE) and serves at the ranks' own (Ray starts workers at its worker_niceness, 15 by default).
         (base,) = set(me["nices"])
         assert set(me["warm_up_nices"]) == {min(19, base + 10)} and base < 19, me
+        assert set(me["warm_up_policies"]) == {os.SCHED_IDLE} and set(me["policies"]) == {os.SCHED_OTHER}, me
         with pytest.raises(ConfigError, match="standby warm-up method 'warm_up_typo': WarmUpWorker has no such method"):
             check_standby_config(group, 1, "warm_up_typo")
     finally:

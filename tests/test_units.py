@@ -27,6 +27,7 @@ from supervisor.core.env import (
     RESERVED_ENV_KEYS,
     STANDBY_ENV_KEY,
     STANDBY_NICE_ENV_KEY,
+    STANDBY_SCHED_IDLE_ENV_KEY,
     Rendezvous,
     WorkerIdentity,
     check_user_env,
@@ -210,12 +211,14 @@ def test_worker_env_contract():
         "WG_PREFIX": "g-",
         "WG_BACKEND": "ray",
     }
-    assert set(env) - {"EXTRA"} == RESERVED_ENV_KEYS - {STANDBY_ENV_KEY, STANDBY_NICE_ENV_KEY}
+    assert set(env) - {"EXTRA"} == RESERVED_ENV_KEYS - {STANDBY_ENV_KEY, STANDBY_NICE_ENV_KEY, STANDBY_SCHED_IDLE_ENV_KEY}
     standby = standby_env_vars(8, "g-", Rendezvous("10.0.0.1", 29500), {"EXTRA": "1"})
     assert standby == {k: v for k, v in env.items() if k not in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE")} | {
         STANDBY_ENV_KEY: "1"
     }
     assert standby_env_vars(8, "g-", Rendezvous("10.0.0.1", 29500), {"EXTRA": "1"}, nice=10) == standby | {STANDBY_NICE_ENV_KEY: "10"}
+    idle = standby_env_vars(8, "g-", Rendezvous("10.0.0.1", 29500), {"EXTRA": "1"}, sched_idle=True)
+    assert idle == standby | {STANDBY_SCHED_IDLE_ENV_KEY: "1"}
     with pytest.raises(WorkerEnvError, match="may not override SUPERVISOR_STANDBY"):
         check_user_env({STANDBY_ENV_KEY: "1"})
     with pytest.raises(WorkerEnvError, match="may not override MASTER_PORT, RANK"):

@@ -17,6 +17,8 @@ SUPERVISOR_STANDBY   ``1`` in a pre-started standby, which has no RANK/LOCAL_RAN
                      until it takes over a failed rank's environment
 SUPERVISOR_STANDBY_NICE in a standby, how much it lowers its CPU priority until then (its
                      group's ``standby_nice``; absent when 0)
+SUPERVISOR_STANDBY_SCHED_IDLE ``1`` in a standby that runs under ``SCHED_IDLE`` until then (its
+                     group's ``standby_sched_idle``; absent when false)
 ==================== ==========================================================================
 
 The user's ``worker_env`` may add variables but never override these.
@@ -29,17 +31,20 @@ from dataclasses import dataclass
 
 from ..errors import WorkerEnvError
 
-__all__ = ["STANDBY_ENV_KEY", "STANDBY_NICE_ENV_KEY", "standby_env_vars", "VERL_ENV_KEYS", "verl_worker_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
+__all__ = ["STANDBY_ENV_KEY", "STANDBY_NICE_ENV_KEY", "STANDBY_SCHED_IDLE_ENV_KEY", "standby_env_vars", "VERL_ENV_KEYS", "verl_worker_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
 
 # Set (to "1") in a standby's environment instead of RANK/LOCAL_RANK/LOCAL_WORLD_SIZE.
 STANDBY_ENV_KEY = "SUPERVISOR_STANDBY"
 # How much a standby lowers its CPU priority (nice increment) until it takes over a rank; 0: not at all.
 STANDBY_NICE_ENV_KEY = "SUPERVISOR_STANDBY_NICE"
+# "1": a standby runs under SCHED_IDLE until it takes over a rank.
+STANDBY_SCHED_IDLE_ENV_KEY = "SUPERVISOR_STANDBY_SCHED_IDLE"
 
 RESERVED_ENV_KEYS: frozenset[str] = frozenset(
     {
         STANDBY_ENV_KEY,
         STANDBY_NICE_ENV_KEY,
+        STANDBY_SCHED_IDLE_ENV_KEY,
         "WORLD_SIZE",
         "RANK",
         "LOCAL_RANK",
@@ -138,10 +143,11 @@ def verl_worker_env_vars(
 
 
 def standby_env_vars(
-    world_size: int, prefix: str, rendezvous: Rendezvous, user_env: Mapping[str, str] | None = None, nice: int = 0
-) -> dict[str, str]:
+    world_size: int, prefix: str, rendezvous: Rendezvous, user_env: Mapping[str, str] | None = None, nice: int = 0,
+    sched_idle: bool = False,
+) -> dict[str, str]:  # fmt: skip
     """The environment of a standby: the group's variables, but no rank until it takes one over, and
-    how much it lowers its CPU priority until then (``nice``)."""
+    how it lowers its CPU priority until then (``nice``, ``sched_idle``)."""
     identity = WorkerIdentity(rank=0, world_size=world_size, local_rank=0, local_world_size=1, prefix=prefix)
     env = worker_env_vars(identity, rendezvous, user_env)
     for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE"):
@@ -149,4 +155,6 @@ def standby_env_vars(
     env[STANDBY_ENV_KEY] = "1"
     if nice:
         env[STANDBY_NICE_ENV_KEY] = str(nice)
+    if sched_idle:
+        env[STANDBY_SCHED_IDLE_ENV_KEY] = "1"
     return env

@@ -449,14 +449,14 @@ class WorkerGroup:
         log.info("standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=str(bundle))
         return standby.handle
 
-    def start_standbys(self, bundles: list[BundleRef], nice: int = 0) -> list[Standby]:
+    def start_standbys(self, bundles: list[BundleRef], nice: int = 0, sched_idle: bool = False) -> list[Standby]:
         """Start a standby in each of ``bundles`` (free bundles of the group); returns without waiting
         for their constructors. A standby has the group's environment but no rank (see
-        :data:`~supervisor.core.env.STANDBY_ENV_KEY`), and lowers its CPU priority by ``nice`` until
-        it takes one over (:mod:`supervisor.core.cpu_priority`)."""
+        :data:`~supervisor.core.env.STANDBY_ENV_KEY`), and lowers its CPU priority by ``nice`` (and
+        to ``SCHED_IDLE`` with ``sched_idle``) until it takes one over (:mod:`supervisor.core.cpu_priority`)."""
         if self.resource_pool is None or self.cls_with_init is None or self._rendezvous is None:
             raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot start standbys")
-        env = standby_env_vars(len(self._slots), self.name_prefix, self._rendezvous, self.worker_env, nice)
+        env = standby_env_vars(len(self._slots), self.name_prefix, self._rendezvous, self.worker_env, nice, sched_idle)
         started = []
         for bundle in bundles:
             if bundle in self._standbys or bundle in self._bundles:

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import WorkerEnvError
 from . import cpu_priority
 from .decorator import register
-from .env import STANDBY_ENV_KEY, STANDBY_NICE_ENV_KEY
+from .env import STANDBY_ENV_KEY, STANDBY_NICE_ENV_KEY, STANDBY_SCHED_IDLE_ENV_KEY
 from .heartbeat import start_heartbeat
 from .modes import Dispatch, Execute
 
@@ -237,12 +237,14 @@ class _StandbyPriority:
     defined beside ``__init__`` over it, and Worker's signature must stay verl's.
     """
 
-    _standby_priority: int | None
+    _standby_priority: cpu_priority.Lowered | None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         instance = super().__new__(cls)
-        nice = _env_int(STANDBY_NICE_ENV_KEY, 0) if os.environ.get(STANDBY_ENV_KEY) else 0
-        instance._standby_priority = cpu_priority.lower(nice)
+        instance._standby_priority = None
+        if os.environ.get(STANDBY_ENV_KEY):
+            nice, idle = _env_int(STANDBY_NICE_ENV_KEY, 0), os.environ.get(STANDBY_SCHED_IDLE_ENV_KEY) == "1"
+            instance._standby_priority = cpu_priority.lower(nice, sched_idle=idle)
         return instance
 
 

@@ -186,6 +186,7 @@ class GroupSpec:
     standby_warmup_method: str | None = None  # run by each standby before it is ready: the rank-independent part of the init
     standby_reach: StandbyReach = SupervisionConfig.standby_reach  # which standbys may take over a rank whose bundle is placed: on its node only, or on any node (the rank may move)
     standby_nice: int = SupervisionConfig.standby_nice  # CPU priority lowered by this (nice) while a standby starts and warms up; 0: not lowered
+    standby_sched_idle: bool = SupervisionConfig.standby_sched_idle  # a standby also runs under SCHED_IDLE while it starts and warms up: only on CPU time no rank wants
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
@@ -218,6 +219,7 @@ class GroupSpec:
             standby_warmup_method=self.standby_warmup_method,
             standby_reach=self.standby_reach,
             standby_nice=self.standby_nice,
+            standby_sched_idle=self.standby_sched_idle,
             actor_start_timeout_s=self.actor_start_timeout_s,
         )
 
@@ -652,6 +654,8 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.standby_nice: must be 0..{NICE_MAX} (a nice increment), got {group.standby_nice}")
         elif group.standby_nice != SupervisionConfig.standby_nice and not group.standbys:
             problems.append(f"{path}.standby_nice: given without standbys")
+        if group.standby_sched_idle != SupervisionConfig.standby_sched_idle and not group.standbys:
+            problems.append(f"{path}.standby_sched_idle: given without standbys")
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if spec.ray.auth_token_path is not None:
         problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]

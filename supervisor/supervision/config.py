@@ -64,6 +64,9 @@ class SupervisionConfig:
             takes only the CPU the running ranks leave. 0: not lowered. Not lowered either where
             the process could not raise it back (no ``CAP_SYS_NICE``, an ``RLIMIT_NICE`` that does
             not allow it; see :mod:`supervisor.core.cpu_priority`).
+        standby_sched_idle: whether a standby also runs under Linux's ``SCHED_IDLE`` policy while it
+            starts and warms up (restored with the nice value): it gets a CPU only when no rank
+            wants one, and a waking rank preempts it at once.
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -84,3 +87,4 @@ class SupervisionConfig:
     standby_warmup_method: str | None = None
     standby_reach: StandbyReach = StandbyReach.SAME_NODE
     standby_nice: int = 10
+    standby_sched_idle: bool = True

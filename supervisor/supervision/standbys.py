@@ -116,7 +116,7 @@ class StandbyKeeper:
             return
         free = free_bundles(self.group.all_bundles(), self.group.rank_bundles, dict(self.group.standbys))
         bundles = standby_bundles(free, placed, self.ready_nodes().values(), missing)
-        for standby in self.group.start_standbys(bundles, self.config.standby_nice):
+        for standby in self.group.start_standbys(bundles, self.config.standby_nice, self.config.standby_sched_idle):
             self._watch_starting(standby.bundle)
             log.info(
                 "standby_started", group=self.group.name, actor=standby.name, node=placed.get(standby.bundle)
