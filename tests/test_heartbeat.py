@@ -196,3 +196,23 @@ def test_gc_removes_the_beats_of_actors_that_are_gone_and_only_those(group, ray_
     assert gone_id in read_beats([gone_id])
     assert "removed the heartbeats of" in gc()
     assert set(read_beats([gone_id, alive_id])) == {alive_id}, "a live actor's beat is never removed"
+
+
+class _Beating:
+    def __init__(self) -> None:
+        from supervisor.core.heartbeat import start_heartbeat
+
+        start_heartbeat(lambda: 0)
+
+
+def test_killing_a_supervisors_named_actors_deletes_their_beats(ray_cluster):
+    """Teardown and gc kill by name (daemon.ownership): no beat of theirs is left for a later gc."""
+    import ray
+
+    from supervisor.daemon.ownership import kill_named, namespace_of
+
+    actor = ray.remote(_Beating).options(name="rank-0", namespace=namespace_of("sv-beats"), num_cpus=0).remote()
+    actor_id = actor._actor_id.hex()
+    wait_for_beat(actor)
+    kill_named("sv-beats", ["rank-0", "never-started"])
+    assert read_beats([actor_id]) == {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import first_line
 from ..observability.log import get_logger
 
 __all__ = ["Owned", "find_owned", "remove_owned", "kill_named", "remove_placement_group_ids", "namespace_of", "pool_prefix_of", "HEAD_RESOURCE", "start_head_actor"]
@@ -73,15 +74,25 @@ def find_owned(supervisor: str) -> Owned:
 
 
 def kill_named(supervisor: str, names: list[str]) -> None:
-    """Kill the supervisor's named actors ``names`` (idempotent; no fence: see :func:`remove_owned`)."""
+    """Kill the supervisor's named actors ``names`` and delete their heartbeats (idempotent; no fence:
+    see :func:`remove_owned`)."""
     import ray
 
+    from ..core.heartbeat import clear_beats
+
     namespace = namespace_of(supervisor)
+    killed: list[str] = []
     for name in names:
         try:
-            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+            handle = ray.get_actor(name, namespace=namespace)
         except ValueError:
-            pass  # gone already
+            continue  # gone already
+        ray.kill(handle, no_restart=True)
+        killed.append(handle._actor_id.hex())
+    try:
+        clear_beats(killed)
+    except Exception as exc:  # a leftover beat is a few bytes that `supervisor gc` removes later
+        log.debug("heartbeats_not_cleared", supervisor=supervisor, error=first_line(exc))
 
 
 def remove_placement_group_ids(pg_ids: list[str]) -> None:
