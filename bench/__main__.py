@@ -49,6 +49,9 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             window_s=15 if quick else 60, cycles=1 if quick else 2, baseline_s=30 if quick else 120, plot=not quick,
             warmup_s=5 if quick else 20, settle_s=2 if quick else 20,
         ),  # fmt: skip
+        "goodput_goal": lambda: goodput.run_goal(
+            window_s=15 if quick else 60, cycles=1 if quick else 8, warmup_s=5 if quick else 20, settle_s=2 if quick else 20
+        ),
     }
 
 
@@ -57,6 +60,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
 # (or rewrites) a "re-measured" section of its own, which the next full run folds back into the table.
 SECTIONS: dict[str, tuple[str, str | None, str]] = {
     "goodput": ("Goodput under faults", "goodput.png", "Steps over time under faults"),
+    "goodput_goal": ("Goodput: the goal alone, many times over", None, ""),
     "daemon_scale": ("The daemon at 1,024 ranks", None, ""),
 }
 

@@ -103,3 +103,19 @@ def test_goodput_stalls_are_stretches_without_a_step_inside_a_window():
     timeline = Timeline(Mode.SUPERVISED, samples=[(0.0, 0), (1.0, 5), (1.5, 5), (2.0, 5), (3.0, 5), (3.5, 9), (4.0, 12)])
     assert timeline.stalls(Window(30.0, 0.0, 4.0, 12)) == [(1.5, 2.0)]
     assert timeline.stalls(Window(30.0, 3.0, 4.0, 7)) == []
+
+
+def test_goodput_goal_takes_each_faulty_window_against_its_fault_free_neighbours():
+    from bench.goodput import Mode, bootstrap_interval, goal_rows, paired_ratios
+
+    # fault-free 40/s, kills 36/s, fault-free 44/s, kills 33/s, fault-free 44/s (a 10 s window with a kill at 10 s: ignored)
+    timeline = _timeline(Mode.STANDBY, [(None, 60, 40, []), (30.0, 60, 36, [0, 30]), (None, 60, 44, []), (30.0, 60, 33, [0, 30]), (None, 60, 44, []), (10.0, 60, 30, [0])])
+    ratios = paired_ratios(timeline, 30.0)
+    assert [round(r, 4) for r in ratios] == [round(36 / 42, 4), 0.75]
+    assert paired_ratios(timeline, 10.0) == [30 / 44]  # the last window has a neighbour on one side only
+    low, high = bootstrap_interval(ratios)
+    assert min(ratios) <= low <= sum(ratios) / 2 <= high <= max(ratios)
+    assert bootstrap_interval([0.9] * 5) == (0.9, 0.9) and bootstrap_interval(ratios) == (low, high), "seeded"
+    (row,) = goal_rows(timeline, 60.0)
+    assert row.ours.median == sum(ratios) / 2 and row.ours.p95 == low and row.ratio == row.ours.median and row.met is False
+    assert f"{low:.3f}–{high:.3f}" in row.case and "(4 in 2 windows of 60 s" in row.case
