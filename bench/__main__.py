@@ -44,7 +44,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "scale": lambda: scale.run(rounds=1 if quick else 2, idle_s=5 if quick else 30),
         "decision": lambda: decision.run(reps=20 if quick else 200),
         "fencing": lambda: fencing.run(reps=30 if quick else 300),
-        "daemon_scale": lambda: daemon_scale.run(reps=20 if quick else 100),
+        "daemon_scale": lambda: daemon_scale.run(reps=20 if quick else 100, load_s=2 if quick else 10),
         "goodput": lambda: goodput.run(
             window_s=15 if quick else 60, cycles=1 if quick else 2, baseline_s=30 if quick else 120, plot=not quick,
             warmup_s=5 if quick else 20, settle_s=2 if quick else 20,

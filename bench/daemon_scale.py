@@ -9,13 +9,21 @@ record's encoding, the heartbeat's write through the owner fence actor into the 
 cluster (`Job.write_record`, the daemon's own code), and `supervisor status` (text and `-o wide`) and
 `supervisor doctor` reading it back from that cluster and rendering it. The decision tick is the
 reconcile loop's pure `decide` over one 1,024-rank group with 10 failures (bench/decision.py's case).
+
+The ranks' own heartbeats: every rank puts one small beat a second into the GCS key-value store, and
+each supervising process reads its ranks' beats in one multi-get per period. Timed here: that read over
+1,024 beats, and the GCS under 1,024 puts a second (paced, from threads of this process: the GCS sees
+the same requests it would from 1,024 actors on 128 nodes), its CPU share against the same GCS idle
+over as long, and a put's latency meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
+from dataclasses import dataclass
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
@@ -67,7 +75,89 @@ def event_history(generation: int):  # -> list[Event]
     return log.events()
 
 
-def run(ranks: int = 1024, nodes: int = 128, reps: int = 100) -> list[Row]:
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_share(pid: int, seconds: float) -> float:
+    """Share of one core process ``pid`` used over the next ``seconds``."""
+    wall, cpu = time.perf_counter(), _process_cpu_s(pid)
+    time.sleep(seconds)
+    return (_process_cpu_s(pid) - cpu) / (time.perf_counter() - wall)
+
+
+@dataclass(frozen=True)
+class BeatLoad:
+    read: Stat  # one multi-get of every rank's beat
+    put: Stat  # one beat's put while the GCS takes every rank's
+    gcs_busy: float  # the GCS's share of a core under the beats
+    gcs_idle: float  # and without them
+    rate: float  # beats a second achieved
+
+
+def beat_load(gcs_pid: int, ranks: int, seconds: float, reps: int, senders: int = 8) -> BeatLoad:
+    """The GCS side of ``ranks`` ranks' heartbeats (see the module's docstring)."""
+    from ray.experimental import internal_kv
+
+    from supervisor.core.heartbeat import (
+        HEARTBEAT_NAMESPACE,
+        HEARTBEAT_PERIOD_S,
+        Beat,
+        clear_beats,
+        read_beats,
+    )
+
+    gcs, namespace = internal_kv.internal_kv_get_gcs_client(), HEARTBEAT_NAMESPACE.encode()
+    ids = [f"{i:032x}" for i in range(1, ranks + 1)]  # an actor id's length
+    node = f"{1:056x}"
+
+    def put(actor_id: str, seq: int) -> None:
+        gcs.internal_kv_put(actor_id.encode(), Beat(seq, node, 4242, int(actor_id, 16)).encode(), True, namespace)
+
+    for actor_id in ids:
+        put(actor_id, 1)
+    read = Stat.of(measure(lambda: read_beats(ids), reps))
+    idle = _cpu_share(gcs_pid, seconds)
+    latencies: list[float] = []
+    sent = [0] * senders
+    stop = threading.Event()
+
+    def send(index: int) -> None:
+        # Each sender's share of the ranks, spread over a period, as ranks that started at random times.
+        mine = ids[index::senders]
+        gap = HEARTBEAT_PERIOD_S / len(mine)
+        started, seq = time.perf_counter(), 1
+        while not stop.is_set():
+            seq += 1
+            for i, actor_id in enumerate(mine):
+                due = started + (seq - 2) * HEARTBEAT_PERIOD_S + i * gap
+                if (wait := due - time.perf_counter()) > 0:
+                    time.sleep(wait)
+                if stop.is_set():
+                    return
+                t = time.perf_counter()
+                put(actor_id, seq)
+                latencies.append(time.perf_counter() - t)
+                sent[index] += 1
+
+    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(senders)]
+    for t in threads:
+        t.start()
+    time.sleep(HEARTBEAT_PERIOD_S)  # every sender in its stride
+    before, wall = sum(sent), time.perf_counter()
+    busy = _cpu_share(gcs_pid, seconds)
+    rate = (sum(sent) - before) / (time.perf_counter() - wall)
+    stop.set()
+    for t in threads:
+        t.join()
+    clear_beats(ids)
+    return BeatLoad(read, Stat.of(latencies), busy, idle, rate)
+
+
+def run(ranks: int = 1024, nodes: int = 128, reps: int = 100, load_s: float = 10.0) -> list[Row]:
     import ray
 
     from supervisor.cli.doctor import diagnose, gather_facts, render_findings
@@ -107,6 +197,7 @@ def run(ranks: int = 1024, nodes: int = 128, reps: int = 100) -> list[Row]:
         doctor = Stat.of(measure(lambda: render_findings(diagnose(gather_facts(None))), max(5, reps // 10)))
         fence.retire()
         RecordStore().delete_events(name)
+        beats = beat_load(cluster.head_node.all_processes["gcs_server"][0].process.pid, ranks, load_s, reps)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -121,6 +212,13 @@ def run(ranks: int = 1024, nodes: int = 128, reps: int = 100) -> list[Row]:
         Row("daemon at scale: `supervisor status -o wide` (every rank)", case, wide, GOALS["status"], None),
         Row("daemon at scale: `supervisor doctor` (read + diagnose + render)", case, doctor, "", None),
         Row("daemon at scale: decision tick (decide + drift gauge)", f"{ranks} workers, 10 failures", tick.ours, "goal: median <= 10 ms", None),
+        Row("daemon at scale: reading every rank's beat (one GCS multi-get)", f"{ranks} beats", beats.read, "", None),
+        Row(
+            "daemon at scale: the GCS's CPU under every rank's beats (share of one core)",
+            f"{beats.rate:.0f} beats/s over {load_s:g} s; the same GCS idle: {beats.gcs_idle * 100:.2f} %",
+            Stat(beats.gcs_busy, beats.gcs_busy, 1), "", None, unit="%",
+        ),  # fmt: skip
+        Row("  a beat's put meanwhile", f"{beats.rate:.0f} beats/s", beats.put, "", None),
     ]
 
 
@@ -129,8 +227,9 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--load-s", type=float, default=10.0, help="how long the GCS's CPU is measured, idle and under the beats")
     args = parser.parse_args()
-    print_rows(run(args.ranks, args.nodes, args.reps))
+    print_rows(run(args.ranks, args.nodes, args.reps, args.load_s))
 
 
 if __name__ == "__main__":
