@@ -145,6 +145,8 @@ def job_spec(mode: Mode, name: str, checkpoint: Path) -> dict[str, Any]:
             spec["pools"][pool]["capacity_factor"] = 1 + 1 / ranks  # one spare bundle per pool
             spec["groups"][group]["standbys"] = 1
             spec["groups"][group]["standby_warmup_method"] = "warm_up"  # imports paid before a takeover
+            # ...and paid once per node: each new standby is a fork of a zygote that imported them.
+            spec["groups"][group]["standby_preload"] = ["tensordict", "examples.rlhf.workers"]
             # The example's ranks are data-parallel replicas: where one runs does not matter, so the
             # group's one standby takes over a rank on either node (by default only on its own).
             spec["groups"][group]["standby_reach"] = "any_node"

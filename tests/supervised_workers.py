@@ -157,3 +157,14 @@ class SlowInitWorker(Worker):
     def work(self) -> int:
         time.sleep(self.call_s)
         return self.rank
+
+
+class ForkProbeWorker(SlowStartWorker):
+    """Reports how its process came to be: its parent, its process group, and the process that
+    imported ``preload_marker`` (a zygote's pid when it was forked from one that preloaded it)."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def process_info(self) -> dict:
+        import preload_marker
+
+        return {"pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0), "marker_imported_in": preload_marker.IMPORTED_IN}

@@ -205,6 +205,7 @@ def test_every_group_field_reaches_the_supervision_config():
                 "standby_reach": '"any_node"',
                 "standby_nice": "5",
                 "standby_sched_idle": "false",
+                "standby_preload": '["torch", "tensordict"]',
             },
             pool={"capacity_factor": "1.5"},
         )
@@ -231,6 +232,7 @@ def test_every_group_field_reaches_the_supervision_config():
         standby_reach=StandbyReach.ANY_NODE,
         standby_nice=5,
         standby_sched_idle=False,
+        standby_preload=("torch", "tensordict"),
         actor_start_timeout_s=45.0,
     )
     config.init_kwargs["n"] = 99  # the config gets a copy: the (frozen) spec is not changed through it
@@ -444,6 +446,11 @@ BAD_SPECS = [
     pytest.param(doc(group={"standby_reach": '"any_node"'}), "given without standbys", "groups.counter.standby_reach", 1, id="reach_without_standbys"),
     pytest.param(doc(group={"standby_nice": "5"}), "given without standbys", "groups.counter.standby_nice", 1, id="nice_without_standbys"),
     pytest.param(doc(group={"standby_sched_idle": "false"}), "given without standbys", "groups.counter.standby_sched_idle", 1, id="sched_idle_without_standbys"),
+    pytest.param(doc(group={"standby_preload": '["torch"]'}), "given without standbys", "groups.counter.standby_preload", 1, id="preload_without_standbys"),
+    pytest.param(
+        doc(group={"standbys": "1", "standby_preload": '["torch..nn"]'}, pool={"capacity_factor": "2.0"}),
+        "'torch..nn' is not a module name", "groups.counter.standby_preload", 1, id="preload_bad_module_name",
+    ),  # fmt: skip
     pytest.param(
         doc(group={"standbys": "1", "standby_nice": "20"}, pool={"capacity_factor": "2.0"}),
         "must be 0..19 (a nice increment), got 20", "groups.counter.standby_nice", 1, id="nice_out_of_range",

@@ -9,7 +9,7 @@ re-attach to a detached group with :meth:`WorkerGroup.from_detached`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from .worker import (
     fused_method_name,
     send_rendezvous,
 )
+from .zygote import NodeZygotes, ZygoteLauncher
 
 __all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "GroupPlacement"]
 
@@ -131,6 +132,7 @@ class WorkerGroup:
         self._slots: list[BundleSlot] = []  # each rank's identity in the layout (LOCAL_RANK, ...)
         self._bundles: list[BundleRef] = []  # each rank's bundle now (a standby's, after it took over)
         self._standbys: dict[BundleRef, Standby] = {}
+        self._zygotes: NodeZygotes | None = None  # the nodes' zygotes standbys fork from, once asked for
         self._pgs: list[Any] = []  # the pool's placement groups in rank order, then its spare group
         self._rendezvous: Rendezvous | None = None
         self._dispatch_info: dict[str, list[int]] = {}
@@ -243,7 +245,7 @@ class WorkerGroup:
         )
         return type(self).rank_env_vars(identity, self._rendezvous, self.worker_env)
 
-    def _create_actor(self, bundle: BundleRef, name: str, env: dict[str, str]) -> Any:
+    def _create_actor(self, bundle: BundleRef, name: str, env: dict[str, str], launcher: ZygoteLauncher | None = None) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         pool, cls_with_init = self.resource_pool, self.cls_with_init
@@ -251,6 +253,8 @@ class WorkerGroup:
         options = dict(cls_with_init.options)
         runtime_env = dict(options.pop("runtime_env", None) or {})
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+        if launcher is not None:
+            runtime_env = launcher.runtime_env(runtime_env)
         options.update(
             runtime_env=runtime_env,
             name=name,
@@ -449,23 +453,43 @@ class WorkerGroup:
         log.info("standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=str(bundle))
         return standby.handle
 
-    def start_standbys(self, bundles: list[BundleRef], nice: int = 0, sched_idle: bool = False) -> list[Standby]:
+    def start_standbys(
+        self, bundles: list[BundleRef], nice: int = 0, sched_idle: bool = False, preload: tuple[str, ...] = (),
+        nodes: Mapping[BundleRef, str] | None = None,
+    ) -> list[Standby]:  # fmt: skip
         """Start a standby in each of ``bundles`` (free bundles of the group); returns without waiting
         for their constructors. A standby has the group's environment but no rank (see
         :data:`~supervisor.core.env.STANDBY_ENV_KEY`), and lowers its CPU priority by ``nice`` (and
-        to ``SCHED_IDLE`` with ``sched_idle``) until it takes one over (:mod:`supervisor.core.cpu_priority`)."""
+        to ``SCHED_IDLE`` with ``sched_idle``) until it takes one over (:mod:`supervisor.core.cpu_priority`).
+
+        With ``preload`` (module names), a standby whose bundle's node (``nodes``) has a ready zygote
+        that imported them is forked from it (:mod:`supervisor.core.zygote`); the zygote is started
+        on the first call for its node, and until it is ready standbys there start as plain processes."""
         if self.resource_pool is None or self.cls_with_init is None or self._rendezvous is None:
             raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot start standbys")
         env = standby_env_vars(len(self._slots), self.name_prefix, self._rendezvous, self.worker_env, nice, sched_idle)
         started = []
+        if preload:  # a zygote on every node of the group: a standby may next be due in any of its bundles
+            for node in sorted(set((nodes or {}).values())):
+                self._zygotes_of(preload).launcher(node)
         for bundle in bundles:
             if bundle in self._standbys or bundle in self._bundles:
                 raise ConfigError(f"bundle {bundle} of group {self.name_prefix} is not free")
             name = f"{self.name_prefix}{self.cls_with_init.user_cls.__name__}_standby-{uuid.uuid4().hex[:8]}"
-            standby = Standby(name, self._create_actor(bundle, name, env), bundle)
+            launcher = self._zygotes_of(preload).launcher((nodes or {}).get(bundle)) if preload else None
+            standby = Standby(name, self._create_actor(bundle, name, env, launcher), bundle)
+            if launcher is not None:
+                log.debug("standby_forked", group=self.name_prefix, actor=name, zygote=launcher.name)
             self._standbys[bundle] = standby
             started.append(standby)
         return started
+
+    def _zygotes_of(self, preload: tuple[str, ...]) -> NodeZygotes:
+        if self._zygotes is None or self._zygotes.preload != tuple(preload):
+            if self._zygotes is not None:
+                self.fence.kill_actors(self._zygotes.take_handles())
+            self._zygotes = NodeZygotes(self.name_prefix, self.namespace, tuple(preload), self.detached)
+        return self._zygotes
 
     def drop_standby(self, bundle: BundleRef) -> None:
         """Forget (and kill) the standby in ``bundle``, e.g. because it died."""
@@ -702,6 +726,7 @@ class WorkerGroup:
         import ray
 
         workers, self._workers = [*self._workers, *(s.handle for s in self._standbys.values())], []
+        keepers = self._zygotes.take_handles() if self._zygotes is not None else []
         self._worker_names = []
         self._slots = []
         self._bundles = []
@@ -709,6 +734,8 @@ class WorkerGroup:
         if not ray.is_initialized():
             return
         self._end(workers)
+        if keepers:
+            self.fence.kill_actors(keepers)
         if workers:
             log.info("group_killed", group=self.name_prefix, actors=len(workers))
 

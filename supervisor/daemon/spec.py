@@ -40,6 +40,7 @@ from typing import Any
 
 from ..core.cpu_priority import NICE_MAX
 from ..core.heartbeat import HEARTBEAT_PERIOD_S
+from ..core.zygote import check_preload_names
 from ..errors import ConfigError, first_line
 from ..placement.budget import WorkerBudget, bundle_misfits
 from ..placement.layout import (
@@ -187,6 +188,7 @@ class GroupSpec:
     standby_reach: StandbyReach = SupervisionConfig.standby_reach  # which standbys may take over a rank whose bundle is placed: on its node only, or on any node (the rank may move)
     standby_nice: int = SupervisionConfig.standby_nice  # CPU priority lowered by this (nice) while a standby starts and warms up; 0: not lowered
     standby_sched_idle: bool = SupervisionConfig.standby_sched_idle  # a standby also runs under SCHED_IDLE while it starts and warms up: only on CPU time no rank wants
+    standby_preload: list[str] = field(default_factory=list)  # modules a zygote per node imports once; standbys are forked from it
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
@@ -220,6 +222,7 @@ class GroupSpec:
             standby_reach=self.standby_reach,
             standby_nice=self.standby_nice,
             standby_sched_idle=self.standby_sched_idle,
+            standby_preload=tuple(self.standby_preload),
             actor_start_timeout_s=self.actor_start_timeout_s,
         )
 
@@ -656,6 +659,9 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.standby_nice: given without standbys")
         if group.standby_sched_idle != SupervisionConfig.standby_sched_idle and not group.standbys:
             problems.append(f"{path}.standby_sched_idle: given without standbys")
+        if group.standby_preload and not group.standbys:
+            problems.append(f"{path}.standby_preload: given without standbys")
+        problems += [f"{path}.standby_preload: {p}" for p in check_preload_names(group.standby_preload)]
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if spec.ray.auth_token_path is not None:
         problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]

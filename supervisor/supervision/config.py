@@ -67,6 +67,10 @@ class SupervisionConfig:
         standby_sched_idle: whether a standby also runs under Linux's ``SCHED_IDLE`` policy while it
             starts and warms up (restored with the nice value): it gets a CPU only when no rank
             wants one, and a waking rank preempts it at once.
+        standby_preload: modules (e.g. ``("torch", "tensordict")``) a per-node zygote imports once, so
+            that standbys are forked from it instead of each paying for those imports in a fresh
+            process (:mod:`supervisor.core.zygote`); empty: no zygote. Modules that import Ray
+            cannot be preloaded (the zygote refuses them and standbys start as plain processes).
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -88,3 +92,4 @@ class SupervisionConfig:
     standby_reach: StandbyReach = StandbyReach.SAME_NODE
     standby_nice: int = 10
     standby_sched_idle: bool = True
+    standby_preload: tuple[str, ...] = ()

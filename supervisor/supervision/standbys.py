@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.worker import Worker
+from ..core.zygote import check_preload_names
 from ..errors import ConfigError, first_line, ray_error_line
 from ..observability.log import get_logger
 from ..placement.standby import BundleRef, free_bundles, standby_bundles
@@ -24,10 +25,14 @@ __all__ = ["StandbyKeeper", "check_standby_config"]
 log = get_logger("supervision")
 
 
-def check_standby_config(group: WorkerGroup, wanted: int, warmup_method: str | None = None) -> None:
-    """Raise ConfigError when ``wanted`` standbys (warmed up by ``warmup_method``) cannot be kept for ``group``."""
+def check_standby_config(group: WorkerGroup, wanted: int, warmup_method: str | None = None, preload: tuple[str, ...] = ()) -> None:
+    """Raise ConfigError when ``wanted`` standbys (warmed up by ``warmup_method``, forked from zygotes
+    that imported ``preload``) cannot be kept for ``group``."""
     if wanted <= 0:
         return
+    problems = check_preload_names(preload)
+    if problems:
+        raise ConfigError(f"group {group.name}: standby_preload: {problems[0]}")
     spares = group.resource_pool.spare_bundle_count if group.resource_pool is not None else 0
     if wanted > spares:
         raise ConfigError(
@@ -51,7 +56,7 @@ class StandbyKeeper:
     def __init__(
         self, group: WorkerGroup, config: SupervisionConfig, hooks: LifecycleHooks, clock: Callable[[], float]
     ) -> None:
-        check_standby_config(group, config.standbys, config.standby_warmup_method)
+        check_standby_config(group, config.standbys, config.standby_warmup_method, config.standby_preload)
         self.group, self.config, self.hooks, self.clock = group, config, hooks, clock
         self._lock = threading.Lock()
         self._ready: dict[BundleRef, str] = {}  # ready standbys and their node
@@ -116,7 +121,10 @@ class StandbyKeeper:
             return
         free = free_bundles(self.group.all_bundles(), self.group.rank_bundles, dict(self.group.standbys))
         bundles = standby_bundles(free, placed, self.ready_nodes().values(), missing)
-        for standby in self.group.start_standbys(bundles, self.config.standby_nice, self.config.standby_sched_idle):
+        started = self.group.start_standbys(
+            bundles, self.config.standby_nice, self.config.standby_sched_idle, self.config.standby_preload, placed
+        )
+        for standby in started:
             self._watch_starting(standby.bundle)
             log.info(
                 "standby_started", group=self.group.name, actor=standby.name, node=placed.get(standby.bundle)

@@ -1,0 +1,182 @@
+"""Standbys forked from a per-node zygote, on a real Ray cluster: where they come from, what killing
+one does to the others, what a zygote that cannot start leaves, and the launcher's fallback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from supervised_workers import ForkProbeWorker
+
+from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
+from supervisor.core.heartbeat import wait_for_beat
+from supervisor.core.zygote import LAUNCHER, ZygoteKeeper, check_preload_names
+from supervisor.core.zygote_launch import ZYGOTE_ENV
+from supervisor.errors import ConfigError
+from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig
+from supervisor.supervision.init_policy import InitPolicy
+from supervisor.supervision.standbys import check_standby_config
+
+FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
+NODE = "zygote-node"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    from supervisor.daemon.local_cluster import LocalCluster
+
+    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=6, num_gpus=3, resources={f"accelerator_type:{NODE}": 10})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _wait(predicate, timeout_s=60.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def _supervised(preload, standbys=1):
+    pool = ResourcePool([2], max_colocate_count=1, accelerator_type=NODE, capacity_factor=1.5)
+    group = create_group(pool, ClassWithInitArgs(ForkProbeWorker, start_s=0.0))
+    init_group(group, "init_model", policy=FAST_INIT)
+    config = SupervisionConfig(
+        init_method="init_model", init_policy=FAST_INIT, probe_period_s=1.0, standbys=standbys, standby_check_s=0.2,
+        standby_preload=preload,
+    )  # fmt: skip
+    return pool, group, GroupSupervisor(group, config).start()
+
+
+def _teardown(pool, group, sup):
+    sup.stop()
+    group.kill()
+    pool.teardown()
+
+
+def _kill(group, rank):
+    os.kill(wait_for_beat(group.workers[rank]).pid, signal.SIGKILL)
+
+
+def _ready_standby(group, sup, not_named=()):
+    """The group's ready standby, once there is one that is none of ``not_named``."""
+
+    def ready():
+        standbys = list(group.standbys.values())
+        return sup.standby_counts() == (1, 0) and standbys and standbys[0].name not in not_named and standbys[0]
+
+    return _wait(ready, what="a ready standby")
+
+
+def _keeper(group, node_id):
+    return ray.get_actor(f"{group.name_prefix}zygote-{node_id[:16]}", namespace=group.namespace)
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_standbys_fork_from_the_nodes_zygote_and_killing_a_forked_rank_takes_no_other_down(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(("preload_marker",))
+    try:
+        first = _ready_standby(group, sup)
+        node = group.identity()[0]["node_id"]
+        zygote = ray.get(_keeper(group, node).ready.remote(60))["pid"]
+
+        # Rank 0 dies: the first standby (started before the zygote was ready) takes it over, and its
+        # successor is forked from the zygote, which imported the preloaded module before the fork.
+        _kill(group, 0)
+        forked = _ready_standby(group, sup, not_named={first.name})
+        info = ray.get(forked.handle.process_info.remote(), timeout=30)
+        assert info["ppid"] == zygote and info["marker_imported_in"] == zygote, info
+        assert info["pgid"] == info["pid"], "a forked worker has a process group of its own, as Ray's workers do"
+
+        # Rank 1 dies: the forked standby becomes rank 1, serves, and the next standby is forked too.
+        _kill(group, 1)
+        _wait(lambda: group.worker_names[1] == forked.name and sup.state is GroupState.RUNNING, what="the takeover of rank 1")
+        assert group.process_info()[1]["pid"] == info["pid"]
+        second = _ready_standby(group, sup, not_named={first.name, forked.name})
+        second_pid = ray.get(second.handle.process_info.remote(), timeout=30)["pid"]
+
+        # Killing the forked rank (Ray then cleans up after it) leaves the zygote and the other worker
+        # forked from it alive: the other one takes rank 1 over.
+        _kill(group, 1)
+        _wait(lambda: group.worker_names[1] == second.name and sup.state is GroupState.RUNNING, what="the second takeover")
+        assert group.process_info()[1]["pid"] == second_pid
+        assert _alive(zygote) and sup.ranks()[1].restarts == 2
+    finally:
+        _teardown(pool, group, sup)
+    # The group's teardown killed the keeper, and the zygote died with it.
+    _wait(lambda: not _alive(zygote), timeout_s=30, what="the zygote to exit with its keeper")
+
+
+def test_a_zygote_that_cannot_start_says_why_and_standbys_start_as_plain_processes(ray_cluster, no_leaks):
+    keeper = ray.remote(ZygoteKeeper).options(num_cpus=0).remote(["ray"])
+    try:
+        with pytest.raises(ray.exceptions.RayTaskError, match=r"exited with code 1: zygote: preloading 'ray' imported Ray"):
+            ray.get(keeper.ready.remote(60), timeout=90)
+    finally:
+        ray.kill(keeper)
+
+    pool, group, sup = _supervised(("no_such_module_anywhere",))
+    try:
+        first = _ready_standby(group, sup)
+        node = group.identity()[0]["node_id"]
+        with pytest.raises(ray.exceptions.RayTaskError, match="No module named 'no_such_module_anywhere'"):
+            ray.get(_keeper(group, node).ready.remote(60), timeout=90)
+        _kill(group, 0)
+        successor = _ready_standby(group, sup, not_named={first.name})
+        info = ray.get(successor.handle.process_info.remote(), timeout=30)
+        assert info["marker_imported_in"] == info["pid"], "started as a plain process, which imported the module itself"
+    finally:
+        _teardown(pool, group, sup)
+
+
+class _Plain:
+    def info(self) -> dict:
+        import sys
+
+        return {"isolated": sys.flags.isolated, "no_site": sys.flags.no_site, "ppid": os.getppid()}
+
+
+def test_the_launcher_starts_the_worker_itself_when_no_zygote_answers(ray_cluster, no_leaks):
+    import sys
+
+    runtime_env = {"py_executable": f"{sys.executable} -I -S {LAUNCHER}", "env_vars": {ZYGOTE_ENV: "nobody-listens-here"}}
+    actor = ray.remote(_Plain).options(num_cpus=0, runtime_env=runtime_env).remote()
+    try:
+        # The launcher (run -I -S) replaced itself with a plain interpreter, which has its site-packages.
+        assert ray.get(actor.info.remote(), timeout=60)["isolated"] == 0 == ray.get(actor.info.remote())["no_site"]
+    finally:
+        ray.kill(actor)
+
+
+def test_preload_names_are_checked():
+    assert check_preload_names(["torch", "tensordict.nn", "examples.rlhf.workers"]) == []
+    assert check_preload_names(["torch..nn", "1abc", ""]) == ["'torch..nn' is not a module name", "'1abc' is not a module name", "'' is not a module name"]
+
+
+def test_a_bad_preload_name_is_refused_before_supervising(ray_cluster, no_leaks):
+    pool = ResourcePool([1], max_colocate_count=1, accelerator_type=NODE, capacity_factor=2.0)
+    group = create_group(pool, ClassWithInitArgs(ForkProbeWorker, start_s=0.0))
+    try:
+        with pytest.raises(ConfigError, match=r"standby_preload: 'torch\.\.nn' is not a module name"):
+            check_standby_config(group, 1, None, ("torch..nn",))
+    finally:
+        group.kill()
+        pool.teardown()
