@@ -30,6 +30,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         dispatch,
         fencing,
         goodput,
+        kill_cost,
         recovery,
         scale,
         standby_recovery,
@@ -52,6 +53,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "goodput_goal": lambda: goodput.run_goal(
             window_s=15 if quick else 60, cycles=1 if quick else 8, warmup_s=5 if quick else 20, settle_s=2 if quick else 20
         ),
+        "kill_cost": lambda: kill_cost.run(kills=2 if quick else 8, warmup_s=5 if quick else 20, settle_s=2 if quick else 20),
     }
 
 
@@ -61,6 +63,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
 SECTIONS: dict[str, tuple[str, str | None, str]] = {
     "goodput": ("Goodput under faults", "goodput.png", "Steps over time under faults"),
     "goodput_goal": ("Goodput: the goal alone, many times over", None, ""),
+    "kill_cost": ("What one kill costs, and where", None, ""),
     "daemon_scale": ("The daemon at 1,024 ranks", None, ""),
 }
 

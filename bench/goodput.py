@@ -9,7 +9,9 @@ local nodes of 4 CPUs and 4 declared GPUs each) runs as fast as it can step, in 
   call in flight re-run;
 * **supervised + standby**: the same with one standby per group, in a spare bundle of each pool,
   allowed to take over a rank on either node (``standby_reach = "any_node"``: the ranks are
-  data-parallel replicas; by default a standby serves only the ranks on its own node);
+  data-parallel replicas; by default a standby serves only the ranks on its own node), warmed up by
+  the example's ``warm_up`` and forked from a zygote per node that imported tensordict and the
+  example's module (``standby_preload``; ``bench/kill_cost.py`` measures what that saves);
 * **checkpoint-restart**, the baseline of verl and its peers: a death ends the job (no restarts
   allowed: the group FAILs, the daemon tears everything down and exits 1) and a new job starts at
   once (a new daemon, new placement groups and actors, the init method again) and resumes from the
@@ -78,6 +80,7 @@ GOAL = ">= 0.95x"  # effective time with standbys at one kill per 30 s
 # One cycle of a supervised way's windows: every faulty window has a fault-free one on each side.
 CYCLE: tuple[float | None, ...] = (None, KILL_RATES_S[0], None, KILL_RATES_S[1])
 GOAL_CYCLE: tuple[float | None, ...] = (None, KILL_RATES_S[0])  # --goal: the goal's rate alone
+STANDBY_PRELOAD = ("tensordict", "examples.rlhf.workers")  # what the example's standbys import, bar Ray
 
 
 class Mode(enum.Enum):
@@ -129,8 +132,9 @@ class Timeline:
         return out
 
 
-def job_spec(mode: Mode, name: str, checkpoint: Path) -> dict[str, Any]:
-    """The example job's spec for ``mode``, on an existing cluster, stepping without pauses."""
+def job_spec(mode: Mode, name: str, checkpoint: Path, preload: bool = True) -> dict[str, Any]:
+    """The example job's spec for ``mode``, on an existing cluster, stepping without pauses (``preload``:
+    the standby way's standbys are forked from per-node zygotes)."""
     spec = tomllib.loads(EXAMPLE_SPEC.read_text())
     spec["supervisor"] = {"name": name, "orphan_grace_s": 10.0}
     spec["ray"] = {"python_path": [str(REPO)]}
@@ -145,8 +149,8 @@ def job_spec(mode: Mode, name: str, checkpoint: Path) -> dict[str, Any]:
             spec["pools"][pool]["capacity_factor"] = 1 + 1 / ranks  # one spare bundle per pool
             spec["groups"][group]["standbys"] = 1
             spec["groups"][group]["standby_warmup_method"] = "warm_up"  # imports paid before a takeover
-            # ...and paid once per node: each new standby is a fork of a zygote that imported them.
-            spec["groups"][group]["standby_preload"] = ["tensordict", "examples.rlhf.workers"]
+            if preload:  # ...and paid once per node: each new standby is a fork of a zygote that imported them
+                spec["groups"][group]["standby_preload"] = list(STANDBY_PRELOAD)
             # The example's ranks are data-parallel replicas: where one runs does not matter, so the
             # group's one standby takes over a rank on either node (by default only on its own).
             spec["groups"][group]["standby_reach"] = "any_node"
@@ -214,13 +218,13 @@ class _Job:
     """A way's job (for checkpoint-restart: the jobs that follow one another), sampled while a
     window runs: start it, wait for its first step and ``settle_s``, then :meth:`window` by window."""
 
-    def __init__(self, mode: Mode, tag: str, address: str, workdir: Path, seed: int, settle_s: float) -> None:
+    def __init__(self, mode: Mode, tag: str, address: str, workdir: Path, seed: int, settle_s: float, preload: bool = True) -> None:
         import yaml
 
         workdir.mkdir(parents=True, exist_ok=True)
         self.mode, self.address, self.name = mode, address, f"goodput-{tag}"
         self.checkpoint, self.spec_path, self.log = workdir / f"{tag}.checkpoint", workdir / f"{tag}.yaml", workdir / f"{tag}.log"
-        self.spec_path.write_text(yaml.safe_dump(job_spec(mode, self.name, self.checkpoint), sort_keys=False))
+        self.spec_path.write_text(yaml.safe_dump(job_spec(mode, self.name, self.checkpoint, preload), sort_keys=False))
         self.rng = random.Random(seed)
         self.timeline = Timeline(mode)
         self.daemon = Daemon(self.spec_path, address, self.log)

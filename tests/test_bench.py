@@ -119,3 +119,23 @@ def test_goodput_goal_takes_each_faulty_window_against_its_fault_free_neighbours
     (row,) = goal_rows(timeline, 60.0)
     assert row.ours.median == sum(ratios) / 2 and row.ours.p95 == low and row.ratio == row.ours.median and row.met is False
     assert f"{low:.3f}–{high:.3f}" in row.case and "(4 in 2 windows of 60 s" in row.case
+
+
+def test_kill_cost_counts_the_steps_not_done_after_an_event_at_the_pace_before_the_next():
+    from bench.kill_cost import AFTER_S, GAP_S, _Events, rows
+
+    def job(stall_s: float, events_at: list[float]) -> _Events:
+        # 10 steps/s, except for ``stall_s`` without a step right after each event.
+        samples, steps = [], 0
+        for tick in range(int((events_at[-1] + GAP_S + 1) * 10)):
+            t = tick / 10
+            steps += 0 if any(e < t <= e + stall_s for e in events_at) else 1
+            samples.append((t, steps))
+        return _Events(samples=samples, at={"kill": events_at, "plain actor": events_at, "tensordict-importing actor": events_at})
+
+    forked, plain = job(0.5, [3.0, 15.0]), job(2.0, [3.0, 15.0])
+    assert [round(x, 1) for x in forked.lost_s("kill", 0, AFTER_S)] == [0.5, 0.5]
+    assert [round(x, 1) for x in plain.lost_s("kill", 0, 1.0)] == [1.0, 1.0]
+    assert [round(x, 1) for x in plain.lost_s("kill", 1.0, AFTER_S)] == [1.0, 1.0]
+    table = rows({"forked": forked, "plain": plain})
+    assert round(table[0].ratio, 2) == 0.25 and table[0].met is True and "2 kills" in table[0].case

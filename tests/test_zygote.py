@@ -14,7 +14,16 @@ from supervised_workers import ForkProbeWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
 from supervisor.core.heartbeat import wait_for_beat
-from supervisor.core.zygote import LAUNCHER, ZygoteKeeper, check_preload_names
+from supervisor.core.zygote import (
+    LAUNCHER,
+    RETRY_S,
+    NodeZygotes,
+    ZygoteKeeper,
+    check_preload_names,
+    keeper_name,
+    runtime_env_problem,
+    worker_sys_path,
+)
 from supervisor.core.zygote_launch import ZYGOTE_ENV
 from supervisor.errors import ConfigError
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig
@@ -80,8 +89,9 @@ def _ready_standby(group, sup, not_named=()):
     return _wait(ready, what="a ready standby")
 
 
-def _keeper(group, node_id):
-    return ray.get_actor(f"{group.name_prefix}zygote-{node_id[:16]}", namespace=group.namespace)
+def _keeper(group, node_id, preload=("preload_marker",)):
+    # Only for ray.kill: a keeper answers nothing else once its zygote is ready (it watches it).
+    return ray.get_actor(keeper_name(group.name_prefix, preload, node_id), namespace=group.namespace)
 
 
 def _alive(pid):
@@ -96,13 +106,14 @@ def test_standbys_fork_from_the_nodes_zygote_and_killing_a_forked_rank_takes_no_
     try:
         first = _ready_standby(group, sup)
         node = group.identity()[0]["node_id"]
-        zygote = ray.get(_keeper(group, node).ready.remote(60))["pid"]
+        _wait(lambda: group.zygotes is not None and group.zygotes.launcher(node), what="the node's zygote")
 
         # Rank 0 dies: the first standby (started before the zygote was ready) takes it over, and its
         # successor is forked from the zygote, which imported the preloaded module before the fork.
         _kill(group, 0)
         forked = _ready_standby(group, sup, not_named={first.name})
         info = ray.get(forked.handle.process_info.remote(), timeout=30)
+        zygote = group.zygotes.launcher(node).pid
         assert info["ppid"] == zygote and info["marker_imported_in"] == zygote, info
         assert info["pgid"] == info["pid"], "a forked worker has a process group of its own, as Ray's workers do"
 
@@ -119,10 +130,15 @@ def test_standbys_fork_from_the_nodes_zygote_and_killing_a_forked_rank_takes_no_
         _wait(lambda: group.worker_names[1] == second.name and sup.state is GroupState.RUNNING, what="the second takeover")
         assert group.process_info()[1]["pid"] == second_pid
         assert _alive(zygote) and sup.ranks()[1].restarts == 2
+
+        # The keeper goes (a restarted daemon removes its predecessor's): the zygote dies with it, and
+        # the ranks forked from it serve on.
+        ray.kill(_keeper(group, node))
+        _wait(lambda: not _alive(zygote), timeout_s=30, what="the zygote to exit with its keeper")
+        assert group.process_info()[1]["pid"] == second_pid and _alive(second_pid)
+        assert sup.ranks()[1].restarts == 2
     finally:
         _teardown(pool, group, sup)
-    # The group's teardown killed the keeper, and the zygote died with it.
-    _wait(lambda: not _alive(zygote), timeout_s=30, what="the zygote to exit with its keeper")
 
 
 def test_a_zygote_that_cannot_start_says_why_and_standbys_start_as_plain_processes(ray_cluster, no_leaks):
@@ -137,8 +153,7 @@ def test_a_zygote_that_cannot_start_says_why_and_standbys_start_as_plain_process
     try:
         first = _ready_standby(group, sup)
         node = group.identity()[0]["node_id"]
-        with pytest.raises(ray.exceptions.RayTaskError, match="No module named 'no_such_module_anywhere'"):
-            ray.get(_keeper(group, node).ready.remote(60), timeout=90)
+        _wait(lambda: group.zygotes.failures(node) == 1, timeout_s=90, what="the zygote to fail")
         _kill(group, 0)
         successor = _ready_standby(group, sup, not_named={first.name})
         info = ray.get(successor.handle.process_info.remote(), timeout=30)
@@ -166,8 +181,41 @@ def test_the_launcher_starts_the_worker_itself_when_no_zygote_answers(ray_cluste
         ray.kill(actor)
 
 
+def test_a_zygote_that_exits_is_reported_its_keeper_killed_and_it_is_started_again_after_a_pause(ray_cluster, no_leaks):
+    now = [0.0]
+    zygotes = NodeZygotes("zt-", "zygote-test", ("preload_marker",), False, lambda handles: [ray.kill(h) for h in handles], clock=lambda: now[0])
+    node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and f"accelerator_type:{NODE}" in n["Resources"])
+    try:
+        assert zygotes.launcher(node) is None, "started, not ready yet"
+        first = _wait(lambda: zygotes.launcher(node), what="the zygote")
+        os.kill(first.pid, signal.SIGKILL)
+        _wait(lambda: zygotes.launcher(node) is None, what="the zygote's exit to be noticed")
+        assert zygotes.failures(node) == 1
+        _wait(lambda: not any(a["name"] == zygotes.keeper_name(node) for a in ray.util.list_named_actors(all_namespaces=True)), what="the keeper killed")
+        assert zygotes.launcher(node) is None and zygotes.take_handles() == [], "not started again before the pause"
+        now[0] += RETRY_S
+        second = _wait(lambda: zygotes.launcher(node), what="the zygote started again")
+        assert second.pid != first.pid and _alive(second.pid) and zygotes.failures(node) == 0
+    finally:
+        for handle in zygotes.take_handles():
+            ray.kill(handle)
+
+
+def test_a_worker_forked_from_a_zygote_gets_the_path_python_would_have_given_it():
+    zygote_path = ["", "/keeper/pythonpath", "/usr/lib/python311.zip", "/usr/lib/python3.11", "/venv/site-packages"]
+    path = worker_sys_path(zygote_path, "/keeper/pythonpath", "/job/src:/keeper/pythonpath", "/ray/workers/default_worker.py")
+    assert path == ["/ray/workers", "/job/src", "/keeper/pythonpath", "/usr/lib/python311.zip", "/usr/lib/python3.11", "/venv/site-packages"]
+    assert worker_sys_path(zygote_path, "/keeper/pythonpath", "", "/w/x.py") == ["/w", "/usr/lib/python311.zip", "/usr/lib/python3.11", "/venv/site-packages"]
+
+
+def test_runtime_envs_a_zygote_can_share_are_told_apart():
+    assert runtime_env_problem(None) is None and runtime_env_problem({"env_vars": {"A": "1"}, "working_dir": "."}) is None
+    assert runtime_env_problem({"pip": ["x"], "env_vars": {}, "conda": "y"}) == "the workers' runtime_env sets conda, pip, which a zygote cannot share"
+
+
 def test_preload_names_are_checked():
     assert check_preload_names(["torch", "tensordict.nn", "examples.rlhf.workers"]) == []
+    assert check_preload_names("torch") == ["give a list of module names, not the string 'torch'"]
     assert check_preload_names(["torch..nn", "1abc", ""]) == ["'torch..nn' is not a module name", "'1abc' is not a module name", "'' is not a module name"]
 
 
@@ -177,6 +225,9 @@ def test_a_bad_preload_name_is_refused_before_supervising(ray_cluster, no_leaks)
     try:
         with pytest.raises(ConfigError, match=r"standby_preload: 'torch\.\.nn' is not a module name"):
             check_standby_config(group, 1, None, ("torch..nn",))
+        group.cls_with_init.update_options({"runtime_env": {"pip": ["requests"]}})
+        with pytest.raises(ConfigError, match="standby_preload: the workers' runtime_env sets pip, which a zygote cannot share"):
+            check_standby_config(group, 1, None, ("torch",))
     finally:
         group.kill()
         pool.teardown()

@@ -470,8 +470,7 @@ class WorkerGroup:
         env = standby_env_vars(len(self._slots), self.name_prefix, self._rendezvous, self.worker_env, nice, sched_idle)
         started = []
         if preload:  # a zygote on every node of the group: a standby may next be due in any of its bundles
-            for node in sorted(set((nodes or {}).values())):
-                self._zygotes_of(preload).launcher(node)
+            self._zygotes_of(preload).warm((nodes or {}).values())
         for bundle in bundles:
             if bundle in self._standbys or bundle in self._bundles:
                 raise ConfigError(f"bundle {bundle} of group {self.name_prefix} is not free")
@@ -484,11 +483,19 @@ class WorkerGroup:
             started.append(standby)
         return started
 
+    @property
+    def zygotes(self) -> NodeZygotes | None:
+        """The nodes' zygotes standbys are forked from (None until standbys with a preload start)."""
+        return self._zygotes
+
     def _zygotes_of(self, preload: tuple[str, ...]) -> NodeZygotes:
         if self._zygotes is None or self._zygotes.preload != tuple(preload):
             if self._zygotes is not None:
                 self.fence.kill_actors(self._zygotes.take_handles())
-            self._zygotes = NodeZygotes(self.name_prefix, self.namespace, tuple(preload), self.detached)
+            runtime_env = self.cls_with_init.options.get("runtime_env") if self.cls_with_init is not None else None
+            self._zygotes = NodeZygotes(
+                self.name_prefix, self.namespace, tuple(preload), self.detached, lambda handles: self.fence.kill_actors(handles), runtime_env
+            )
         return self._zygotes
 
     def drop_standby(self, bundle: BundleRef) -> None:

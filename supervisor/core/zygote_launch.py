@@ -84,16 +84,17 @@ def _become_worker(argv: list[str], why: str) -> None:
     os.execv(sys.executable, [sys.executable, *argv])
 
 
-def _wait_exit(pid: int) -> None:
-    """Block until process ``pid`` (not a child of this one) has exited."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    import select
+def _forward_signals(pidfd: int) -> None:
+    """Pass SIGTERM, SIGINT and SIGHUP on to the worker (through its pidfd: never to a reused pid)."""
 
-    select.select([fd], [], [])
-    os.close(fd)
+    def forward(received: int, _frame: object) -> None:
+        try:
+            signal.pidfd_send_signal(pidfd, received)
+        except OSError:  # it has exited already
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
 
 
 def main(argv: list[str]) -> int:
@@ -114,11 +115,18 @@ def main(argv: list[str]) -> int:
     if pid is None or pid <= 0:
         sock.close()
         _become_worker(argv, why)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda received, _frame: os.kill(pid, received))
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # it exited at once: its code follows
+        pidfd = None
+    if pidfd is not None:
+        _forward_signals(pidfd)
     code = recv_code(sock)
     if code is None:  # the zygote went away before the worker: wait for the worker itself
-        _wait_exit(pid)
+        if pidfd is not None:
+            import select
+
+            select.select([pidfd], [], [])
         return 1
     return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.worker import Worker
-from ..core.zygote import check_preload_names
+from ..core.zygote import check_preload_names, runtime_env_problem
 from ..errors import ConfigError, first_line, ray_error_line
 from ..observability.log import get_logger
 from ..placement.standby import BundleRef, free_bundles, standby_bundles
@@ -31,6 +31,8 @@ def check_standby_config(group: WorkerGroup, wanted: int, warmup_method: str | N
     if wanted <= 0:
         return
     problems = check_preload_names(preload)
+    if preload and group.cls_with_init is not None:
+        problems += filter(None, [runtime_env_problem(group.cls_with_init.options.get("runtime_env"))])
     if problems:
         raise ConfigError(f"group {group.name}: standby_preload: {problems[0]}")
     spares = group.resource_pool.spare_bundle_count if group.resource_pool is not None else 0
@@ -108,6 +110,8 @@ class StandbyKeeper:
             for ref in ready:
                 self._on_ref(ref)
         self._drop_late(now)
+        if self.group.zygotes is not None:  # a zygote that fails is reported when it does, not at the next start
+            self.group.zygotes.poll()
         if not starting_allowed or self.clock() < self._next_check:
             return
         self._next_check = self.clock() + self.config.standby_check_s
