@@ -470,6 +470,67 @@ def test_standbys_take_over_killed_ranks_and_are_readopted_with_the_job(cluster,
     assert_nothing_left(name, set(actors_before.values()))
 
 
+def test_a_spec_with_standby_preload_forks_standbys_from_zygotes_and_stop_removes_them(cluster, daemons, tmp_path):
+    import ray
+
+    from supervisor.daemon.ownership import find_owned
+    from supervisor.daemon.record import RecordStore
+
+    name = "sv-zygote"
+    spec = write_spec(
+        tmp_path, name, pool_extra="capacity_factor = 1.5", standbys=1, init_method="init_model", standby_preload=["preload_marker"],
+        standby_reach="any_node",  # every kill is a takeover, wherever the standby is
+        kwargs={"start_s": 0.0}, **{"class": "supervised_workers:ForkProbeWorker"},
+    )  # fmt: skip
+    daemon = daemons(spec, name)
+    record = wait_record(name, daemon=daemon)
+    store = RecordStore()
+
+    def standby(not_named=()):
+        deadline = time.monotonic() + 90
+        while True:
+            ready = [s for s in store.get(name).groups["counters"].standbys if s.node_id and s.name not in not_named]
+            if ready:
+                return ready[0]
+            assert time.monotonic() < deadline, f"timed out waiting for a ready standby other than {not_named}"
+            time.sleep(0.2)
+
+    def keepers():
+        return [a for a in find_owned(name).actors if "zygote-" in a]
+
+    first = standby()
+    deadline = time.monotonic() + 90
+    while len(keepers()) < 2:  # one on each node of the pool
+        assert time.monotonic() < deadline, f"zygote keepers: {keepers()}"
+        time.sleep(0.2)
+    # Kill ranks until a standby is started once its node's zygote is ready: it is a fork of that zygote.
+    seen, info = {first.name}, None
+    for _ in range(4):
+        g = store.get(name).groups["counters"]
+        victim = g.actor_names[0]
+        ray.kill(ray.get_actor(victim, namespace=record.namespace), no_restart=True)
+        successor = standby(not_named=seen)
+        seen.add(successor.name)
+        info = ray.get(ray.get_actor(successor.name, namespace=record.namespace).process_info.remote(), timeout=30)
+        if info["marker_imported_in"] != info["pid"]:
+            break
+    assert info is not None and info["marker_imported_in"] == info["ppid"] != info["pid"], info
+    zygote = info["ppid"]
+
+    assert cli("stop", name, "--address", cluster.address).returncode == 0
+    assert daemon.wait_exit(60) == 0
+    assert keepers() == []
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if Path(f"/proc/{zygote}/stat").read_text().split(")")[1].split()[0] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        assert time.monotonic() < deadline, "the zygote outlived the job"
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("ending", ["sigterm", "sigint", "driver_raises", "driver_returns", "group_failed"])
 def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_path, ending):
     import ray
