@@ -112,6 +112,7 @@ def test_standbys_fork_from_the_nodes_zygote_and_killing_a_forked_rank_takes_no_
         # successor is forked from the zygote, which imported the preloaded module before the fork.
         _kill(group, 0)
         forked = _ready_standby(group, sup, not_named={first.name})
+        assert forked.zygote == group.zygotes.launcher(node).name and first.zygote is None
         info = ray.get(forked.handle.process_info.remote(), timeout=30)
         zygote = group.zygotes.launcher(node).pid
         assert info["ppid"] == zygote and info["marker_imported_in"] == zygote, info

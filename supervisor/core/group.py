@@ -48,6 +48,7 @@ class Standby:
     name: str
     handle: Any
     bundle: BundleRef
+    zygote: str | None = None  # the zygote it was forked from (None: started as a plain process, or adopted)
 
 
 @dataclass(frozen=True)
@@ -476,9 +477,8 @@ class WorkerGroup:
                 raise ConfigError(f"bundle {bundle} of group {self.name_prefix} is not free")
             name = f"{self.name_prefix}{self.cls_with_init.user_cls.__name__}_standby-{uuid.uuid4().hex[:8]}"
             launcher = self._zygotes_of(preload).launcher((nodes or {}).get(bundle)) if preload else None
-            standby = Standby(name, self._create_actor(bundle, name, env, launcher), bundle)
-            if launcher is not None:
-                log.debug("standby_forked", group=self.name_prefix, actor=name, zygote=launcher.name)
+            zygote = launcher.name if launcher is not None else None
+            standby = Standby(name, self._create_actor(bundle, name, env, launcher), bundle, zygote)
             self._standbys[bundle] = standby
             started.append(standby)
         return started

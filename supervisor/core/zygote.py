@@ -407,6 +407,8 @@ class NodeZygotes:
         self.prefix, self.namespace, self.preload, self.detached = prefix, namespace, tuple(preload), detached
         self.kill_actors, self.runtime_env, self.clock = kill_actors, runtime_env, clock
         self._nodes: dict[str, _NodeKeeper] = {}
+        # The supervision loop starts and polls; a teardown (or a test) may ask from another thread.
+        self._lock = threading.RLock()
 
     def keeper_name(self, node_id: str) -> str:
         return keeper_name(self.prefix, self.preload, node_id)
@@ -414,8 +416,9 @@ class NodeZygotes:
     def warm(self, node_ids: Iterable[str]) -> None:
         """Start the zygotes of ``node_ids`` that are due (none running, past any retry pause), at
         most :data:`STARTS_PER_CALL` in one call."""
-        for node_id in [n for n in sorted(set(node_ids)) if self._due(n)][:STARTS_PER_CALL]:
-            self._start(node_id, self._nodes.setdefault(node_id, _NodeKeeper()))
+        with self._lock:
+            for node_id in [n for n in sorted(set(node_ids)) if self._due(n)][:STARTS_PER_CALL]:
+                self._start(node_id, self._nodes.setdefault(node_id, _NodeKeeper()))
 
     def _due(self, node_id: str) -> bool:
         keeper = self._nodes.get(node_id)
@@ -424,32 +427,34 @@ class NodeZygotes:
     def launcher(self, node_id: str | None) -> ZygoteLauncher | None:
         """How to fork a worker on ``node_id`` now: None while its zygote starts (started here when it
         is due), after it failed, or for an unknown node."""
-        if not node_id:
-            return None
-        if self._due(node_id):
-            self._start(node_id, self._nodes.setdefault(node_id, _NodeKeeper()))
-            return None
-        self.poll()
-        return self._nodes[node_id].launcher
+        with self._lock:
+            if not node_id:
+                return None
+            if self._due(node_id):
+                self._start(node_id, self._nodes.setdefault(node_id, _NodeKeeper()))
+                return None
+            self.poll()
+            return self._nodes[node_id].launcher
 
     def poll(self) -> None:
         """Learn which zygotes became ready, failed to start, or exited (without waiting)."""
         import ray
 
-        pending = {ref: (node, keeper) for node, keeper in self._nodes.items() for ref in (keeper.ready, keeper.watch) if ref is not None}
-        if not pending:
-            return
-        done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-        for ref in done:
-            node_id, keeper = pending[ref]
-            if ref is keeper.ready:
-                self._on_ready(node_id, keeper)
-                continue
-            try:
-                why = ray.get(ref)
-            except Exception as exc:  # the keeper itself died (its node, a kill)
-                why = first_line(exc)
-            self._failed(node_id, keeper, why)
+        with self._lock:
+            pending = {ref: (node, keeper) for node, keeper in self._nodes.items() for ref in (keeper.ready, keeper.watch) if ref is not None}
+            if not pending:
+                return
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            for ref in done:
+                node_id, keeper = pending[ref]
+                if ref is keeper.ready:
+                    self._on_ready(node_id, keeper)
+                    continue
+                try:
+                    why = ray.get(ref)
+                except Exception as exc:  # the keeper itself died (its node, a kill)
+                    why = first_line(exc)
+                self._failed(node_id, keeper, why)
 
     def _start(self, node_id: str, keeper: _NodeKeeper) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -500,14 +505,16 @@ class NodeZygotes:
 
     def failures(self, node_id: str) -> int:
         """How many times in a row the zygote of ``node_id`` failed (0 once one is ready)."""
-        keeper = self._nodes.get(node_id)
-        return keeper.failures if keeper is not None else 0
+        with self._lock:
+            keeper = self._nodes.get(node_id)
+            return keeper.failures if keeper is not None else 0
 
     def take_handles(self) -> list[Any]:
         """The keepers' handles, forgotten here: for the group to kill (killing a keeper ends its
         zygote; workers forked earlier run on)."""
-        keepers, self._nodes = list(self._nodes.values()), {}
-        return [k.handle for k in keepers if k.handle is not None]
+        with self._lock:
+            keepers, self._nodes = list(self._nodes.values()), {}
+            return [k.handle for k in keepers if k.handle is not None]
 
 
 if __name__ == "__main__":

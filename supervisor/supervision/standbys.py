@@ -131,7 +131,7 @@ class StandbyKeeper:
         for standby in started:
             self._watch_starting(standby.bundle)
             log.info(
-                "standby_started", group=self.group.name, actor=standby.name, node=placed.get(standby.bundle)
+                "standby_started", group=self.group.name, actor=standby.name, node=placed.get(standby.bundle), forked=standby.zygote is not None
             )
         self.publish()
 
