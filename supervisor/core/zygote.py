@@ -6,14 +6,14 @@ beside it slows down for that long, even at the lowest CPU priority (``bench/kil
 pays for them once per node; each standby then starts as a fork of it (copy-on-write, a fraction of a
 CPU-second) and runs Ray's worker as it would in a fresh process.
 
-* :func:`serve` is the zygote (``python -m supervisor.core.zygote``): it imports the ``preload``
+* :func:`serve` is the zygote (:func:`main`, started by its keeper): it imports the ``preload``
   modules, listens on an abstract UNIX socket, and forks a worker for each request of a launcher
   (:mod:`.zygote_launch`, the standby's ``py_executable``). It never imports Ray: Ray's C++ core reads
   its configuration (the job id among it) from the environment once, at import, and a worker forked
   from a process that had would carry the wrong one. A preload module that imports Ray is refused.
-* :class:`ZygoteKeeper` is the Ray actor (one per group and node, named by :func:`keeper_name`, no CPU) that starts the zygote
-  and owns it: the zygote dies with it (``PR_SET_PDEATHSIG``), so killing the group's named actors
-  (teardown, ``supervisor gc``) removes the zygotes too.
+* :class:`ZygoteKeeper` is the Ray actor (one per group and node, named by :func:`keeper_name`, no
+  CPU) that starts the zygote and owns it: the zygote dies with it (``PR_SET_PDEATHSIG``), so
+  killing the group's named actors (teardown, ``supervisor gc``) removes the zygotes too.
 * :class:`NodeZygotes` keeps a group's keepers, without blocking: a standby is forked only on a node
   whose zygote is ready; elsewhere (its zygote still importing, or failed) it starts as a plain process.
 """
@@ -51,7 +51,7 @@ log = get_logger("zygote")
 
 LAUNCHER = Path(__file__).with_name("zygote_launch.py")
 READY_TIMEOUT_S = 300.0  # a zygote's imports on a loaded node; a standby starts plainly meanwhile
-REQUEST_TIMEOUT_S = 10.0  # a launcher sends its request right after connecting
+REQUEST_TIMEOUT_S = 2.0  # a launcher sends its request right after connecting; the loop waits no longer
 PR_SET_PDEATHSIG = 1
 
 
