@@ -35,22 +35,11 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="module")
 def ray_cluster():
     """Two nodes with 4 declared GPUs each; the driver is connected. Torn down even when tests fail."""
-    import ray
+    from clusters import connected_cluster
 
-    from supervisor.daemon.local_cluster import LocalCluster
-
-    cluster = LocalCluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": NODE_CPUS, "num_gpus": NODE_GPUS, "include_dashboard": False},
-    )
-    try:
-        cluster.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    node = {"num_cpus": NODE_CPUS, "num_gpus": NODE_GPUS}
+    with connected_cluster(node, [node]) as (cluster, _):
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 @pytest.fixture(scope="module")

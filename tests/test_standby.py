@@ -7,8 +7,8 @@ import signal
 import time
 
 import pytest
-import ray
 import torch
+from clusters import connected_cluster
 from supervised_workers import RankDependentWorker, SlowStartWorker, WarmUpWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
@@ -32,18 +32,11 @@ START_S = 2.0  # what a standby has already paid: process start, imports, constr
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A CPU-only head, one 6-GPU node for the ordering test, two 2-GPU nodes for the node-loss test."""
-    from supervisor.daemon.local_cluster import LocalCluster
-
-    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=8, num_gpus=6, resources={f"accelerator_type:{ONE_NODE}": 10})
-        cluster.loss_nodes = [cluster.add_node(num_cpus=4, num_gpus=2, resources={f"accelerator_type:{NODE_LOSS}": 10}) for _ in range(2)]
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    loss_node = {"num_cpus": 4, "num_gpus": 2, "resources": {f"accelerator_type:{NODE_LOSS}": 10}}
+    nodes = [{"num_cpus": 8, "num_gpus": 6, "resources": {f"accelerator_type:{ONE_NODE}": 10}}, loss_node, loss_node]
+    with connected_cluster({"num_cpus": 4, "num_gpus": 0}, nodes) as (cluster, added):
+        cluster.loss_nodes = added[1:]
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def _supervised(

@@ -12,6 +12,7 @@ from signal import SIGKILL
 import pytest
 import ray
 import torch
+from clusters import connected_cluster
 from supervised_workers import RolloutWorker, SlowInitWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
@@ -36,18 +37,9 @@ FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A CPU-only head and three worker nodes with 2 declared GPUs each (one spare for node-loss tests)."""
-    from supervisor.daemon.local_cluster import LocalCluster
-
-    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 0, "include_dashboard": False})
-    try:
-        workers = [cluster.add_node(num_cpus=4, num_gpus=2) for _ in range(3)]
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    with connected_cluster({"num_cpus": 8, "num_gpus": 0}, [{"num_cpus": 4, "num_gpus": 2}] * 3) as (cluster, workers):
         cluster.gpu_nodes = workers
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 class RecordingHooks(ObservingHooks):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from clusters import connected_cluster
 from supervised_workers import ForkProbeWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
@@ -36,17 +37,8 @@ NODE = "zygote-node"
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    from supervisor.daemon.local_cluster import LocalCluster
-
-    cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=6, num_gpus=3, resources={f"accelerator_type:{NODE}": 10})
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    with connected_cluster({"num_cpus": 4, "num_gpus": 0}, [{"num_cpus": 6, "num_gpus": 3, "resources": {f"accelerator_type:{NODE}": 10}}]) as (cluster, _):
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def _wait(predicate, timeout_s=60.0, what="condition"):
