@@ -1,6 +1,6 @@
 """slow-stop: a shutdown method that takes 10 s (a checkpoint). `supervisor stop` must wait for it and
-exit 0, status must show the daemon stopping meanwhile, a `gc` meanwhile must collect nothing, and
-the teardown must leave nothing behind."""
+exit 0, status must show the daemon stopping meanwhile, a `gc` meanwhile must not collect the job,
+and the teardown must leave nothing behind."""
 
 from __future__ import annotations
 
@@ -44,8 +44,11 @@ def run(ctx: Context, p: Params) -> None:
             if f"{ctx.name}: stopping" not in status.stdout:
                 ctx.violation(f"round {i}: status does not show the daemon stopping during its shutdown method")
             gc = cli(ctx.cluster.address, "gc")
-            if "nothing to collect" not in gc.stdout:
+            collected = [line for line in gc.stdout.splitlines() if line.startswith("removed")]
+            if any(line.startswith(f"removed supervisor {ctx.name} ") for line in collected):
                 ctx.violation(f"round {i}: gc collected a job that was being torn down: {gc.stdout.strip()[-300:]}")
+            elif collected:  # the leftovers of earlier scenarios (a SIGKILLed daemon's beats) are gc's to take
+                ctx.report.notes[f"round {i}: gc during the stop also"] = collected
             out, err = stop.communicate(timeout=180)
         finally:
             if stop.poll() is None:

@@ -22,7 +22,7 @@ from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
 from .decorator import MethodSpec, get_method_spec
 from .env import Rendezvous, WorkerIdentity, check_user_env, standby_env_vars, worker_env_vars
-from .heartbeat import clear_beats
+from .heartbeat import clear_beats_once_ended, clear_beats_once_ended_later
 from .rendezvous import pick_rendezvous
 from .worker import (
     FUSED_EXECUTE_METHOD,
@@ -535,11 +535,16 @@ class WorkerGroup:
         if not 0 <= rank < len(self._workers):
             raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
 
-    def _end(self, handles: list[Any]) -> None:
-        """Kill actors of this group (through the owner fence) and delete their heartbeats."""
+    def _end(self, handles: list[Any], wait: bool = False) -> None:
+        """Kill actors of this group (through the owner fence) and delete their heartbeats once their
+        processes have ended: waiting for that when ``wait``, else on a thread of its own."""
         self.fence.kill_actors(handles)
+        ids = [h._actor_id.hex() for h in handles]
         try:
-            clear_beats(h._actor_id.hex() for h in handles)
+            if wait:
+                clear_beats_once_ended(ids)
+            else:
+                clear_beats_once_ended_later(ids)
         except Exception as exc:  # a leftover beat is a few bytes in the GCS: not worth failing a kill
             log.debug("heartbeats_not_cleared", group=self.name_prefix, error=first_line(exc))
 
@@ -740,7 +745,7 @@ class WorkerGroup:
         self._standbys = {}
         if not ray.is_initialized():
             return
-        self._end(workers)
+        self._end(workers, wait=True)  # a daemon that ends next would leave late beats for gc
         if keepers:
             self.fence.kill_actors(keepers)
         if workers:

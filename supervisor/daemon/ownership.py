@@ -78,7 +78,7 @@ def kill_named(supervisor: str, names: list[str]) -> None:
     see :func:`remove_owned`)."""
     import ray
 
-    from ..core.heartbeat import clear_beats
+    from ..core.heartbeat import clear_beats_once_ended
 
     namespace = namespace_of(supervisor)
     killed: list[str] = []
@@ -90,7 +90,7 @@ def kill_named(supervisor: str, names: list[str]) -> None:
         ray.kill(handle, no_restart=True)
         killed.append(handle._actor_id.hex())
     try:
-        clear_beats(killed)
+        clear_beats_once_ended(killed)
     except Exception as exc:  # a leftover beat is a few bytes that `supervisor gc` removes later
         log.debug("heartbeats_not_cleared", supervisor=supervisor, error=first_line(exc))
 
