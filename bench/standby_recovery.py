@@ -9,6 +9,10 @@ more (model code, CUDA context). Kills alternate between the groups; each one is
 non-zero rank's process, and recovery is the time from the kill until a call over every rank of the
 group returns again (the supervisor detects, replaces, re-runs the init method, and the call is
 retried). Before each kill of the standby group its standby is ready again (replenished).
+
+Then fresh replacements (``replace_worker``, what a rank gets when no standby takes over) of two
+more groups, interleaved: one whose ranks are forked from a zygote that imported torch, one whose
+ranks start as plain processes.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import ray
 
-from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
+from supervisor import (
+    ClassWithInitArgs,
+    Dispatch,
+    ResourcePool,
+    Worker,
+    WorkerGroup,
+    create_group,
+    init_group,
+    register,
+)
 from supervisor.core.heartbeat import wait_for_beat
 from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
@@ -50,6 +63,10 @@ class TorchWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, idempotent=True)
     def ping(self) -> int:
         return self.model_rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def parent_pid(self) -> int:
+        return os.getppid()
 
 
 def supervised(world: int, start_s: float, standbys: int) -> tuple[ResourcePool, GroupSupervisor]:
@@ -84,6 +101,54 @@ def wait_standby_ready(sup: GroupSupervisor, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+def replace_and_time(group: WorkerGroup, rank: int) -> float:
+    """A fresh replacement of ``rank`` (kill, new actor in its bundle, init) until the group serves."""
+    started = time.perf_counter()
+    group.replace_worker(rank)
+    group.init_model()
+    assert group.ping() == list(range(group.world_size))
+    return time.perf_counter() - started
+
+
+def fresh_replacements(kills: int, world: int, start_s: float) -> Row:
+    """Fresh replacements (no standby taking over) of two unsupervised groups, interleaved: ranks
+    forked from a zygote that imported torch (started, as in a job, by a standby with that preload)
+    against ranks started as plain processes."""
+    pools: list[ResourcePool] = []
+    groups: list[WorkerGroup] = []
+    try:
+        for capacity_factor in (1.0, 1 + 1 / world):
+            pools.append(ResourcePool([world], use_gpu=False, max_colocate_count=1, capacity_factor=capacity_factor))
+            groups.append(create_group(pools[-1], ClassWithInitArgs(TorchWorker, start_s=start_s)))
+            init_group(groups[-1], "init_model")
+        plain, forked = groups
+        spare = next(b for b in forked.all_bundles() if b not in forked.rank_bundles)
+        placed = forked.placed_bundles()
+        (standby,) = forked.start_standbys([spare], preload=("torch",), nodes=placed)
+        wait_for_beat(standby.handle, timeout_s=120)  # its start (plain: the zygote was not ready) is not timed
+        node = placed[forked.rank_bundles[0]]
+        deadline = time.monotonic() + 120
+        while (zygote := forked.zygotes.launcher(node)) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the zygote did not start")
+            time.sleep(0.05)
+        times: dict[str, list[float]] = {"plain": [], "forked": []}
+        for i in range(kills):
+            rank = 1 + i % (world - 1)
+            for how in ("plain", "forked") if i % 2 else ("forked", "plain"):
+                times[how].append(replace_and_time(plain if how == "plain" else forked, rank))
+                time.sleep(0.5)
+            if forked.parent_pid()[rank] != zygote.pid:
+                raise RuntimeError(f"rank {rank}'s replacement was not forked from the zygote")
+    finally:
+        for group in groups:
+            group.kill()
+        for pool in pools:
+            pool.teardown()
+    case = f"{kills} replacements each, world size {world}, constructor imports torch" + (f" + {start_s:g}s" if start_s else "")
+    return Row("fresh replacement (replace_worker -> group serving)", case + ", forked from a zygote", Stat.of(times["forked"]), "started as a plain process", Stat.of(times["plain"]), "< 1.0x")
+
+
 def run(kills: int = 10, world: int = 4, start_s: float = 0.0) -> list[Row]:
     cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 2 * world + 4, "include_dashboard": False})
     try:
@@ -103,11 +168,12 @@ def run(kills: int = 10, world: int = 4, start_s: float = 0.0) -> list[Row]:
             sup.stop()
             sup.group.kill()
             pool.teardown()
+        fresh = fresh_replacements(kills, world, start_s)
     finally:
         ray.shutdown()
         cluster.shutdown()
     case = f"{kills} SIGKILLs, world size {world}, constructor imports torch" + (f" + {start_s:g}s" if start_s else "")
-    return [Row("recovery with a standby (kill -> group serving)", case, Stat.of(with_standby), "without a standby", Stat.of(without), "< 1.0x")]
+    return [Row("recovery with a standby (kill -> group serving)", case, Stat.of(with_standby), "without a standby", Stat.of(without), "< 1.0x"), fresh]
 
 
 def main() -> None:
@@ -116,8 +182,9 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=4)
     parser.add_argument("--start-s", type=float, default=0.0, help="constructor time on top of importing torch")
     args = parser.parse_args()
-    (row,) = run(args.kills, args.world, args.start_s)
-    print(f"{row.case}: with a standby {row.ours.show()}, without {row.ref.show()}; with / without (medians) {row.ratio:.2f}x")
+    standby, fresh = run(args.kills, args.world, args.start_s)
+    print(f"{standby.case}: with a standby {standby.ours.show()}, without {standby.ref.show()}; with / without (medians) {standby.ratio:.2f}x")
+    print(f"{fresh.case}: {fresh.ours.show()}, plain {fresh.ref.show()}; forked / plain (medians) {fresh.ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -134,6 +134,32 @@ def test_standbys_fork_from_the_nodes_zygote_and_killing_a_forked_rank_takes_no_
         _teardown(pool, group, sup)
 
 
+def test_a_fresh_replacement_is_forked_from_the_zygote_standbys_started(ray_cluster, no_leaks):
+    pool = ResourcePool([2], max_colocate_count=1, accelerator_type=NODE, capacity_factor=1.5)
+    group = create_group(pool, ClassWithInitArgs(ForkProbeWorker, start_s=0.0))
+    try:
+        init_group(group, "init_model", policy=FAST_INIT)
+        plain = group.process_info()[1]
+        assert plain["marker_imported_in"] == plain["pid"], "before any standby, ranks start as plain processes"
+        spare = next(b for b in group.all_bundles() if b not in group.rank_bundles)
+        group.start_standbys([spare], preload=("preload_marker",), nodes=group.placed_bundles())
+        node = group.placed_bundles()[group.rank_bundles[1]]
+        zygote = _wait(lambda: group.zygotes.launcher(node), what="the node's zygote").pid
+
+        group.replace_worker(1)
+        info = group.process_info()[1]
+        assert info["pid"] != plain["pid"] and info["ppid"] == zygote == info["marker_imported_in"], info
+        assert group.init_model() == [0, 1], "the forked rank serves, as rank 1"
+        assert group.identity()[1]["env"]["RANK"] == "1" and group.identity()[1]["env"]["WORLD_SIZE"] == "2"
+
+        group.replace_worker(1, fork=False)  # what a retry after a failure asks for
+        again = group.process_info()[1]
+        assert again["marker_imported_in"] == again["pid"] != info["pid"], "started as a plain process"
+    finally:
+        group.kill()
+        pool.teardown()
+
+
 def test_a_zygote_that_cannot_start_says_why_and_standbys_start_as_plain_processes(ray_cluster, no_leaks):
     keeper = ray.remote(ZygoteKeeper).options(num_cpus=0).remote(["ray"])
     try:

@@ -385,10 +385,14 @@ class WorkerGroup:
         """The group's name in metrics and logs: its prefix without trailing separators."""
         return self.name_prefix.rstrip("-_:.") or self.name_prefix
 
-    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None) -> Any:
+    def replace_worker(
+        self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None, fork: bool = True
+    ) -> Any:
         """Kill rank ``rank``'s actor and create a fresh one into the same bundle (or into ``bundle``).
 
-        The new actor has the same name, rank and environment. Replacing rank 0 also replaces the
+        The new actor has the same name, rank and environment; where standbys with a preload started
+        a zygote on the bundle's node, it is forked from it as they are (unless not ``fork``: a plain
+        start, for retries after a failure). Replacing rank 0 also replaces the
         rendezvous (it lives on rank 0's node): once the old actor is gone a fresh MASTER_ADDR/PORT is
         picked on its bundle and the new rank 0 starts with it; live ranks learn it through
         :meth:`propagate_rendezvous`. Only groups that created their actors can replace them.
@@ -411,9 +415,27 @@ class WorkerGroup:
             self._bundles[rank] = bundle
         if rank == 0:
             self._pick_new_rendezvous()
-        handle = self._create_actor(self._bundles[rank], name, self._rank_env(rank))
+        launcher = self._fork_launcher(self._bundles[rank]) if fork else None
+        handle = self._create_actor(self._bundles[rank], name, self._rank_env(rank), launcher)
         self._workers[rank] = handle
+        if launcher is not None:
+            log.info("replacement_forked", group=self.name_prefix, rank=rank, zygote=launcher.name)
         return handle
+
+    def _fork_launcher(self, bundle: BundleRef) -> ZygoteLauncher | None:
+        """How to fork a fresh rank in ``bundle`` from its node's zygote: only once standbys with a
+        preload started zygotes, and only when the one of the bundle's node is ready (a replacement
+        starts none). Any error means a plain start: the old actor is gone already."""
+        from ray.util import placement_group_table
+
+        if self._zygotes is None:
+            return None
+        try:
+            node = placement_group_table(self._pgs[bundle.pg_index]).get("bundles_to_node_id", {}).get(bundle.bundle_index)
+            return self._zygotes.launcher(node, start=False)
+        except Exception as exc:
+            log.debug("replacement_not_forked", group=self.name_prefix, bundle=str(bundle), error=first_line(exc))
+            return None
 
     def take_over(self, rank: int, bundle: BundleRef, timeout_s: float = 60.0) -> Any:
         """Kill rank ``rank``'s actor and let the standby in ``bundle`` become that rank.
@@ -485,7 +507,8 @@ class WorkerGroup:
 
     @property
     def zygotes(self) -> NodeZygotes | None:
-        """The nodes' zygotes standbys are forked from (None until standbys with a preload start)."""
+        """The nodes' zygotes standbys and fresh replacements are forked from (None until standbys
+        with a preload start)."""
         return self._zygotes
 
     def _zygotes_of(self, preload: tuple[str, ...]) -> NodeZygotes:

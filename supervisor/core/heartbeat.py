@@ -44,8 +44,11 @@ HEARTBEAT_NAMESPACE = "ray_supervisor_heartbeat"
 # How often a rank beats. The supervisor calls a rank hung after probe_timeout_s without a new beat,
 # so that must be a few periods (the spec checks it is at least two).
 HEARTBEAT_PERIOD_S = 1.0
-# How long clearing the beats of actors just killed waits for their processes to end.
-KILLED_ENDED_WAIT_S = 10.0
+# How long clearing the beats of actors just killed waits for their processes to end: briefly where
+# a caller waits (a teardown, the owner fence), longer on a thread of its own. A hung rank ends when
+# its raylet's kill timer fires (seconds); one on a lost node once the GCS declares the node dead.
+KILLED_ENDED_WAIT_S = 3.0
+KILLED_ENDED_WAIT_LATER_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -168,21 +171,21 @@ def clear_beats_once_ended_later(actor_ids: Iterable[str]) -> None:
 
 def _clear_quietly(actor_ids: list[str]) -> None:
     try:
-        clear_beats_once_ended(actor_ids)
+        clear_beats_once_ended(actor_ids, KILLED_ENDED_WAIT_LATER_S)
     except Exception as exc:  # Ray went away meanwhile: the beats are for `supervisor gc`
         logging.getLogger(__name__).debug("heartbeats not cleared: %s", exc)
 
 
 def _ended(actor_ids: list[str]) -> set[str]:
     """Those of ``actor_ids`` whose process can beat no more: unknown to the GCS, dead before a worker
-    ran it, dead with its worker reported gone by its raylet, or dead on a node that is gone."""
+    ran it, dead with its worker reported gone by its raylet, or dead on a node that is not alive."""
     import ray
     from ray._private.state import state
     from ray.core.generated import gcs_pb2
 
     accessor = state._connect_and_get_accessor()
     ended: set[str] = set()
-    dead_nodes: set[bytes] | None = None
+    alive_nodes: set[bytes] | None = None
     for actor_id in actor_ids:
         raw = accessor.get_actor_info(ray.ActorID(bytes.fromhex(actor_id)))
         if raw is None:
@@ -200,9 +203,9 @@ def _ended(actor_ids: list[str]) -> set[str]:
         if worker is None or not gcs_pb2.WorkerTableData.FromString(worker).is_alive:
             ended.add(actor_id)
             continue
-        if dead_nodes is None:
-            dead_nodes = {bytes.fromhex(n["NodeID"]) for n in ray.nodes() if not n.get("Alive")}
-        if actor.address.node_id in dead_nodes:
+        if alive_nodes is None:  # (a node long dead may have left the GCS's table)
+            alive_nodes = {bytes.fromhex(n["NodeID"]) for n in ray.nodes() if n.get("Alive")}
+        if actor.address.node_id not in alive_nodes:
             ended.add(actor_id)
     return ended
 

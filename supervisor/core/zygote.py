@@ -424,14 +424,15 @@ class NodeZygotes:
         keeper = self._nodes.get(node_id)
         return keeper is None or (keeper.handle is None and self.clock() >= keeper.retry_at)
 
-    def launcher(self, node_id: str | None) -> ZygoteLauncher | None:
+    def launcher(self, node_id: str | None, start: bool = True) -> ZygoteLauncher | None:
         """How to fork a worker on ``node_id`` now: None while its zygote starts (started here when it
-        is due), after it failed, or for an unknown node."""
+        is due, unless not ``start``), after it failed, or for an unknown node."""
         with self._lock:
             if not node_id:
                 return None
             if self._due(node_id):
-                self._start(node_id, self._nodes.setdefault(node_id, _NodeKeeper()))
+                if start:
+                    self._start(node_id, self._nodes.setdefault(node_id, _NodeKeeper()))
                 return None
             self.poll()
             return self._nodes[node_id].launcher

@@ -328,7 +328,7 @@ def init_group(
             latest = {a.rank: a.outcome for a in history}
             for rank in plan.replace:  # rank 0 first: its replacement picks the new rendezvous
                 reason = _REPLACEMENT_REASON.get(latest.get(rank, InitOutcome.RAISED), "init_failed")
-                group.replace_worker(rank)
+                group.replace_worker(rank, fork=False)  # a retry starts plainly: a fork may be what failed
                 hooks.on_worker_replaced(group.name, rank, reason)
             if plan.new_rendezvous:
                 assert group._rendezvous is not None

@@ -172,7 +172,7 @@ class ReplacementTask:
                     group.name, name, f"take-over of rank {rank} failed: {ray_error_line(exc)}"
                 )
             self.bundles.wait([group.rank_bundles[rank].pg_index])
-            return group.replace_worker(rank)
+            return group.replace_worker(rank, fork=False)  # plainly: a fork may be what failed
         if replacement.kind is ReplacementKind.SPARE_BUNDLE:
             log.info(
                 "replacement_to_spare_bundle",

@@ -168,9 +168,11 @@ class VerlRanks(WorkerGroup):
         self._env_generation[rank] = self._rdv_generation
         return super()._rank_env(rank)
 
-    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None) -> Any:
+    def replace_worker(
+        self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None, fork: bool = True
+    ) -> Any:
         if not self.collective or rank == 0:
-            return super().replace_worker(rank, name_release_timeout_s, bundle)
+            return super().replace_worker(rank, name_release_timeout_s, bundle, fork)
         self._check_replaceable(rank)
         seen = self._env_generation.get(rank, 0)
         self._kill_rank(rank)
@@ -187,7 +189,7 @@ class VerlRanks(WorkerGroup):
                     reported = now
                     log.info("replacement_waiting_for_rendezvous", group=self.name, rank=rank, waited_s=round(now - started, 1))
                 self._rdv_cond.wait(0.25)
-        return super().replace_worker(rank, name_release_timeout_s, bundle)
+        return super().replace_worker(rank, name_release_timeout_s, bundle, fork)
 
     def _rebuilding(self) -> set[int]:
         supervisor = self.supervisor
