@@ -19,7 +19,6 @@ This module runs inside every actor: it stays light (no torch).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
@@ -173,7 +172,10 @@ def _clear_quietly(actor_ids: list[str]) -> None:
     try:
         clear_beats_once_ended(actor_ids, KILLED_ENDED_WAIT_LATER_S)
     except Exception as exc:  # Ray went away meanwhile: the beats are for `supervisor gc`
-        logging.getLogger(__name__).debug("heartbeats not cleared: %s", exc)
+        from ..errors import first_line
+        from ..observability.log import get_logger
+
+        get_logger("heartbeat").debug("heartbeats_not_cleared", actors=len(actor_ids), error=first_line(exc))
 
 
 def _ended(actor_ids: list[str]) -> set[str]:
