@@ -7,6 +7,8 @@ a single message argument, so they pickle across Ray processes unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "GroupFailedError",
     "ActorStartError",
@@ -18,6 +20,9 @@ __all__ = [
     "PlacementError",
     "ClusterUnavailableError",
     "SupersededError",
+    "WorkerFailedError",
+    "RolledBack",
+    "StateLostError",
     "first_line",
     "ray_error_line",
 ]
@@ -85,3 +90,51 @@ class ActorStartError(SupervisorError):
 class SupersededError(SupervisorError):
     """Another daemon took this supervisor over (this one was paused or cut off past its grace
     period): what it asked for was refused, and it must touch nothing more."""
+
+
+class WorkerFailedError(SupervisorError):
+    """Ranks died during a call whose policy is RAISE (or of a stateful group, whose shards are never
+    re-run alone).
+
+    Attributes:
+        method: the group method.
+        failed: ``{rank: "reason on node ...: cause"}``.
+        partial_results: ``{rank: result}`` of the ranks that finished.
+    """
+
+    def __init__(self, method: str, failed: dict[int, str], partial_results: dict[int, Any]) -> None:
+        detail = "; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items()))
+        super().__init__(f"{method}: rank(s) {sorted(failed)} failed during the call: {detail}")
+        self.method = method
+        self.failed = failed
+        self.partial_results = partial_results
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.method, self.failed, self.partial_results))
+
+
+class RolledBack(WorkerFailedError):
+    """Every stateful group of the job went back to the snapshot of ``step``: the driver resumes there.
+
+    Raised once, by the first supervised call (or step boundary) after the rollback, so steps after
+    ``step`` are applied again exactly once.
+
+    Attributes:
+        step: the step to resume from (the snapshot holds the state from before it ran).
+        groups: the groups rolled back.
+        medium: ``"memory"`` or ``"disk"`` (both in-memory copies of a shard were gone).
+        cause: the failure that made the rollback necessary.
+    """
+
+    def __init__(self, step: int, groups: tuple[str, ...], medium: str, cause: str, method: str = "", failed: dict[int, str] | None = None) -> None:
+        SupervisorError.__init__(self, f"rolled back to step {step} ({medium} snapshot) of group(s) {list(groups)}: {cause}")
+        self.method, self.failed, self.partial_results = method, failed or {}, {}
+        self.step, self.groups, self.medium, self.cause = step, groups, medium, cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.step, self.groups, self.medium, self.cause, self.method, self.failed))
+
+
+class StateLostError(GroupFailedError):
+    """A stateful group's state could not be restored (no complete snapshot anywhere, a digest that
+    does not match): the group fails instead of re-initialising the rank silently."""

@@ -145,6 +145,8 @@ class WorkerGroup:
         self.rank_nodes: dict[int, str] = {}
         # Set by a GroupSupervisor: blocking calls then survive rank failures (see supervised_call).
         self.supervisor: Any = None
+        # The job's state domain (supervisor.state.StateDomain), set while a stateful group is supervised.
+        self.state_domain: Any = None
         if (master_addr is None) != (master_port is None):
             raise ConfigError("give both master_addr and master_port, or neither (rank 0's node is then used)")
         if master_addr is not None:
@@ -748,6 +750,24 @@ class WorkerGroup:
     @property
     def master_port(self) -> str | None:
         return str(self._rendezvous.master_port) if self._rendezvous else None
+
+    def snapshot(self, step: int) -> Any:
+        """Snapshot every rank's state at the boundary before ``step`` (a supervised stateful group:
+        ``SupervisionConfig(state=StateConfig(kind=...))``). Each rank copies its ``state_dict()`` to
+        host memory and goes on; the copies reach the snapshot keepers beside its next call.
+
+        Returns:
+            None, or a :class:`~supervisor.state.domain.SnapshotSkipped` saying why it was skipped.
+
+        Raises:
+            ConfigError: the group is not a supervised stateful group.
+            RolledBack: a rollback happened that the driver has not been told of yet.
+        """
+        if self.state_domain is None:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"group {self.name} is not a supervised stateful group: nothing to snapshot")
+        return self.state_domain.snapshot(self, step)
 
     def wait_ready(self, timeout_s: float = 300.0) -> list[dict[str, Any]]:
         """Wait until every actor has been constructed; return each rank's :meth:`Worker.node_info`."""

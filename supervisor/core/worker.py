@@ -219,6 +219,38 @@ class SupervisedEndpoints:
                 return places.pop()
             raise ValueError(f"mesh {mesh!r} is registered by {'no role' if not places else 'several roles, differently'} of {type(self).__name__}") from None
 
+    # -- state (supervisor.core.state_endpoints: the worker's state_dict / load_state_dict) ----------
+    def _supervisor_snapshot(self, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None = None) -> dict[str, Any]:
+        """Copy this rank's state to host memory; hand it to ``keepers`` (and disk) in the background."""
+        from .state_endpoints import start_snapshot
+
+        return start_snapshot(self, group, step, keepers, disk_dir)
+
+    def _supervisor_snapshot_wait(self, timeout_s: float | None = None) -> dict[str, Any] | None:
+        from .state_endpoints import wait_snapshot
+
+        return wait_snapshot(self, timeout_s)
+
+    def _supervisor_capture_state(self) -> tuple[Any, str]:
+        from .state_endpoints import capture_state
+
+        return capture_state(self)
+
+    def _supervisor_load_state(self, state: Any, digest: str) -> dict[str, Any]:
+        from .state_endpoints import load_state
+
+        return load_state(self, state, digest)
+
+    def _supervisor_load_disk_state(self, disk_dir: str, group: str, step: int, rank: int, digest: str) -> dict[str, Any]:
+        from .state_endpoints import load_disk_state
+
+        return load_disk_state(self, disk_dir, group, step, rank, digest)
+
+    def _supervisor_state_info(self) -> dict[str, Any]:
+        from .state_endpoints import state_info
+
+        return state_info(self)
+
     def _update_rendezvous(self, master_addr: str, master_port: int | str) -> None:
         """Adopt a new rendezvous (rank 0 was replaced); the next init reads it from the environment."""
         self._master_addr, self._master_port = str(master_addr), str(master_port)

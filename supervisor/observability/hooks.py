@@ -85,6 +85,19 @@ class LifecycleHooks:
     def on_pool_removed(self, pool: str) -> None:
         """The pool is gone for good (its placement groups were removed)."""
 
+    def on_state_snapshot(self, group: str, step: int, seconds: float, nbytes: int) -> None:
+        """A snapshot of the group at ``step`` was taken: its ranks held for ``seconds`` (the copy to host
+        memory); ``nbytes``: one copy of the newest complete snapshot (0 before the first)."""
+
+    def on_state_snapshot_skipped(self, group: str, step: int, reason: str) -> None:
+        """A snapshot was not taken: it would pass the group's memory bound."""
+
+    def on_state_restored(self, group: str, kind: str, seconds: float, ranks: tuple[int, ...]) -> None:
+        """State was loaded into ``ranks`` (``kind``: ``peer``, ``snapshot`` or ``disk``)."""
+
+    def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
+        """A failure of ``group`` took every stateful group (``groups``) back to the snapshot of ``step``."""
+
 
 class ObservingHooks(LifecycleHooks):
     """Record metrics and structured logs for every lifecycle event."""
@@ -166,6 +179,26 @@ class ObservingHooks(LifecycleHooks):
     def on_pool_removed(self, pool: str) -> None:
         metrics.forget_pool(pool)
         log.debug("pool_metrics_removed", pool=pool)
+
+    def on_state_snapshot(self, group: str, step: int, seconds: float, nbytes: int) -> None:
+        import time
+
+        metrics.STATE_SNAPSHOT.labels(group=group).observe(seconds)
+        metrics.STATE_SNAPSHOT_STEP.labels(group=group).set(step)
+        metrics.STATE_SNAPSHOT_TIME.labels(group=group).set(time.time())
+        log.debug("state_snapshot", group=group, step=step, seconds=round(seconds, 4), nbytes=nbytes)
+
+    def on_state_snapshot_skipped(self, group: str, step: int, reason: str) -> None:
+        metrics.STATE_SNAPSHOT_SKIPPED.labels(group=group).inc()
+
+    def on_state_restored(self, group: str, kind: str, seconds: float, ranks: tuple[int, ...]) -> None:
+        metrics.STATE_RESTORE.labels(group=group, kind=kind).observe(seconds)
+        log.info("state_restored", group=group, kind=kind, ranks=list(ranks), seconds=round(seconds, 3))
+
+    def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
+        metrics.STATE_ROLLBACKS.labels(group=group, medium=medium).inc()
+        for name in groups:
+            metrics.STATE_RESTORE.labels(group=name, kind="disk" if medium == "disk" else "snapshot").observe(seconds)
 
 
 def default_hooks() -> LifecycleHooks:

@@ -39,6 +39,12 @@ __all__ = [
     "KV_WAIT",
     "KV_WAIT_WAKEUPS",
     "BUILD_INFO",
+    "STATE_SNAPSHOT",
+    "STATE_RESTORE",
+    "STATE_ROLLBACKS",
+    "STATE_SNAPSHOT_STEP",
+    "STATE_SNAPSHOT_TIME",
+    "STATE_SNAPSHOT_SKIPPED",
     "DispatchFailure",
     "observe_dispatch",
     "forget_group",
@@ -122,6 +128,29 @@ KV_WAIT_WAKEUPS = Counter(
     "supervisor_kv_wait_wakeups_total",
     "Times a blocked KV read woke to look for its keys again (a put, or its wait renewed).",
     registry=REGISTRY,
+)
+STATE_SNAPSHOT = Histogram(
+    "supervisor_state_snapshot_seconds",
+    "Time a snapshot held its group's ranks: the copy of their state to host memory (the rest runs beside their next call).",
+    ["group"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)
+STATE_RESTORE = Histogram(
+    "supervisor_state_restore_seconds", "Time to load restored state into a group's ranks, by source.",
+    ["group", "kind"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
+)
+STATE_ROLLBACKS = Counter(
+    "supervisor_state_rollbacks_total", "Rollbacks a group's failure caused (every stateful group of the job goes back), by source.",
+    ["group", "medium"], registry=REGISTRY,
+)
+STATE_SNAPSHOT_STEP = Gauge(
+    "supervisor_state_snapshot_step", "Step of the newest snapshot a group has taken.", ["group"], registry=REGISTRY,
+)
+STATE_SNAPSHOT_TIME = Gauge(
+    "supervisor_state_snapshot_timestamp_seconds", "Unix time of the newest snapshot a group has taken.", ["group"], registry=REGISTRY,
+)
+STATE_SNAPSHOT_SKIPPED = Counter(
+    "supervisor_state_snapshots_skipped_total", "Snapshots not taken because they would pass the group's snapshot_memory_mb.",
+    ["group"], registry=REGISTRY,
 )
 BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)
 

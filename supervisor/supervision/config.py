@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..placement.standby import StandbyReach
+from ..state.kinds import StateConfig
 from .init_policy import InitPolicy
 from .lifecycle import ACTOR_START_TIMEOUT_S
 from .restart_policy import RestartPolicy
@@ -71,6 +72,11 @@ class SupervisionConfig:
             that standbys are forked from it instead of each paying for those imports in a fresh
             process (:mod:`supervisor.core.zygote`); empty: no zygote. Modules that import Ray
             cannot be preloaded (the zygote refuses them and standbys start as plain processes).
+        state: what the ranks hold that training changed, and how it is kept
+            (:class:`~supervisor.state.StateConfig`; default: nothing to restore). A stateful group is
+            treated as one collective: any replacement re-forms it on every rank (a fresh
+            rendezvous, the init method again), then restores the state before a rank serves; its
+            calls are never re-run on one rank alone unless idempotent.
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -93,3 +99,4 @@ class SupervisionConfig:
     standby_nice: int = 10
     standby_sched_idle: bool = True
     standby_preload: tuple[str, ...] = ()
+    state: StateConfig = field(default_factory=StateConfig)

@@ -38,6 +38,7 @@ class CallGate:
         self.stopped = False
         self.failure: GroupFailedError | None = None
         self.reports: list[Detected] = []  # failures reported by calls, taken by the loop
+        self.updates_in_flight = 0  # calls that change state (not idempotent) running now
         self._workers = workers
         self.clock = clock
 
@@ -80,6 +81,27 @@ class CallGate:
             ):
                 return status.generation, self._workers()[rank]
             return None
+
+    def wait_running(self) -> None:
+        """Block while the group recovers (a snapshot waits for that).
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self.cond:
+            while True:
+                self._raise_if_terminal()
+                if self.group_state is GroupState.RUNNING:
+                    return
+                self.cond.wait(0.5)
+
+    def update_started(self) -> None:
+        with self.cond:
+            self.updates_in_flight += 1
+
+    def update_ended(self) -> None:
+        with self.cond:
+            self.updates_in_flight -= 1
 
     def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
         """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""

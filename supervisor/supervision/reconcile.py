@@ -17,6 +17,13 @@ Recovery is split in two kinds of task so that the ranks of one failure recover 
   rank 0 means a new rendezvous for every rank): it starts once no replacement is in flight, so the
   ranks of one node loss initialise together.
 
+A stateful group (:class:`~supervisor.state.StateKind`) is one collective whose ranks hold state, so
+its init also re-forms the group: every live rank joins the init with a fresh rendezvous, and the
+init order says how the state comes back (:class:`StateRestore`): from a live peer (replicated state,
+a failure outside an update), or by rolling every stateful group back to the newest snapshot
+(sharded state, a failure during an update, no peer left). The init task performs it before any rank
+of the group serves again.
+
 Every replacement started for a failed rank is one restart against the budget (a retry after a
 transient error too); ranks rebuilt only because of others (one_for_all) are not charged. The state's
 restart history keeps only the restarts inside the restart window (pruned on every pass that plans),
@@ -26,11 +33,13 @@ so it stays as short as the restart budget over a run of any length.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..placement.standby import BundleRef, Replacement, plan_replacements
+from ..state.kinds import StateKind
 from .config import RECOVERY_RETRY_MIN_S, SupervisionConfig
 from .restart_policy import (
     Failure,
@@ -46,7 +55,7 @@ from .states import GroupState, WorkerState, check_group_transition, check_rank_
 
 __all__ = [
     "RankView", "LoopState", "RankFailed", "ReplacementDone", "InitDone", "PlacementSeen", "Observation",
-    "RankMove", "InitOrder", "Plan", "decide", "initial_state",
+    "RankMove", "InitOrder", "StateRestore", "Plan", "decide", "initial_state",
 ]  # fmt: skip
 
 
@@ -83,6 +92,7 @@ class LoopState:
     init_not_before: float = 0.0  # after a transient init error
     failure: str | None = None
     unsettled: frozenset[int] = frozenset()  # ranks not RUNNING (a pass over a large group looks at these only)
+    rollback_needed: bool = False  # a stateful group lost state no peer holds: the next init rolls back
 
 
 def initial_state(world_size: int, history: Sequence[RestartRecord] = ()) -> LoopState:
@@ -92,9 +102,11 @@ def initial_state(world_size: int, history: Sequence[RestartRecord] = ()) -> Loo
 # -- observations -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RankFailed:
-    """A running rank's current incarnation failed (the observer already dropped stale reports)."""
+    """A running rank's current incarnation failed (the observer already dropped stale reports).
+    ``during_update``: a call that changes state (not idempotent) was running on the group."""
 
     failure: Failure
+    during_update: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,13 +153,27 @@ class RankMove:
     new_failure: bool = False  # the move records a failure just observed (not a retry)
 
 
+class StateRestore(enum.Enum):
+    """How a stateful group's state comes back after its init (NONE: a group without state)."""
+
+    NONE = "none"
+    PEER = "peer"  # copied from a live rank (taken before it re-initialises)
+    ROLLBACK = "rollback"  # every stateful group of the job goes back to the newest common snapshot
+
+
 @dataclass(frozen=True)
 class InitOrder:
-    """Run on ``ranks``: first the new rendezvous (``propagate``: to every rank but 0), then the init method."""
+    """Run on ``ranks``: first the new rendezvous (``propagate``: to every rank but 0), then the init
+    method, then the state restore. ``fresh_rendezvous``: rank 0 lives on, yet the collective is
+    re-formed, so a new rendezvous is picked on its node and given to every rank. ``survivors``: the
+    ranks that ran until this init (a peer restore copies one of them first)."""
 
     ranks: tuple[int, ...]
     propagate: bool
     run_init: bool
+    restore: StateRestore = StateRestore.NONE
+    fresh_rendezvous: bool = False
+    survivors: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,6 +214,8 @@ class _Planner:
         self.rendezvous_stale = state.rendezvous_stale
         self.init_running = state.init_running
         self.init_not_before = state.init_not_before
+        self.rollback_needed = state.rollback_needed
+        self.kind = config.state.kind
         self.moves: list[RankMove] = []
         self.restarts: list[RestartRecord] = []
         self.serving: list[int] = []
@@ -201,6 +229,9 @@ class _Planner:
             if isinstance(obs, RankFailed):
                 if self._fail(obs.failure):
                     new_failures.append(obs.failure)
+                    # No peer holds a shard; and an update cut short leaves even replicas at an unknown step.
+                    if self.kind is StateKind.SHARDED or (self.kind.stateful and obs.during_update):
+                        self.rollback_needed = True
             elif isinstance(obs, ReplacementDone):
                 self._replacement_done(obs)
             elif isinstance(obs, InitDone):
@@ -345,6 +376,8 @@ class _Planner:
         if not waiting:
             return None
         run_init = self.config.init_method is not None
+        if self.kind.stateful:
+            return self._start_stateful_init(waiting, run_init)
         if not run_init and not self.rendezvous_stale:
             for r in waiting:  # nothing to run: they serve as soon as their actor is up
                 self._serve(r, replaced=self.ranks[r].replaced)
@@ -358,6 +391,25 @@ class _Planner:
             self._set(r, in_task=True)
         order = InitOrder(tuple(waiting), propagate=self.rendezvous_stale, run_init=run_init)
         self.rendezvous_stale = False
+        self.init_running = True
+        return order
+
+    def _start_stateful_init(self, waiting: list[int], run_init: bool) -> InitOrder:
+        # The collective re-forms: every live rank leaves RUNNING and joins this init.
+        survivors = [v.rank for v in self.ranks if v.state is WorkerState.RUNNING]
+        for r in survivors:
+            self._move(r, WorkerState.INITIALIZING)
+        ranks = self._in(WorkerState.INITIALIZING)
+        for r in ranks:
+            self._set(r, in_task=True)
+        rank_zero_new = 0 not in survivors
+        restore = StateRestore.ROLLBACK if self.rollback_needed or not survivors else StateRestore.PEER
+        order = InitOrder(
+            tuple(ranks), propagate=True, run_init=run_init, restore=restore,
+            fresh_rendezvous=not rank_zero_new, survivors=tuple(survivors),
+        )  # fmt: skip
+        self.rendezvous_stale = False
+        self.rollback_needed = False
         self.init_running = True
         return order
 
@@ -375,7 +427,7 @@ class _Planner:
             backoffs.append(self.init_not_before)
         state = LoopState(
             target, tuple(self.ranks), tuple(self.history), self.rendezvous_stale, self.init_running, self.init_not_before,
-            self.escalation, frozenset(self.unsettled),
+            self.escalation, frozenset(self.unsettled), self.rollback_needed,
         )  # fmt: skip
         return Plan(
             state, tuple(self.moves), tuple(self.restarts), tuple(replacements), init, tuple(self.serving), tuple(self.renewed),

@@ -20,18 +20,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.worker import send_probe
-from ..errors import SupersededError, first_line, ray_error_line
+from ..errors import StateLostError, SupersededError, first_line, ray_error_line
 from ..observability.log import get_logger
 from ..placement.standby import Replacement, ReplacementKind
 from .config import SupervisionConfig
 from .failures import is_transient
 from .lifecycle import InitGroupError, init_group
-from .reconcile import InitDone, InitOrder, Observation, ReplacementDone
+from .reconcile import InitDone, InitOrder, Observation, ReplacementDone, StateRestore
 from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
     from ..core.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
+    from ..state.domain import StateDomain
 
 __all__ = ["TaskRunner", "ReplacementTask", "InitTask", "RecoveryStopped", "BundleWaiter"]
 
@@ -187,13 +188,15 @@ class ReplacementTask:
 
 @dataclass
 class InitTask:
-    """Give ``order.ranks`` the new rendezvous (when rank 0 changed) and run the init method on them."""
+    """Give ``order.ranks`` the new rendezvous (when rank 0 changed) and run the init method on them;
+    then, for a stateful group, restore the state (:class:`StateRestore`) before any of them serves."""
 
     order: InitOrder
     group: WorkerGroup
     config: SupervisionConfig
     hooks: LifecycleHooks
     runner: TaskRunner
+    state: StateDomain | None = None
 
     def __call__(self) -> InitDone:
         group, cfg, order = self.group, self.config, self.order
@@ -201,6 +204,10 @@ class InitTask:
         # failed and runs again on a fresh actor, init_group's own rendezvous fallout) is a restart.
         hooks = _CountingHooks(self.hooks)
         try:
+            captured = self._capture_peer() if order.restore is StateRestore.PEER else None
+            if order.fresh_rendezvous:  # rank 0 lives on, the collective re-forms: a port never used before
+                group._pick_new_rendezvous(rank_zero=group.workers[0])
+                group.propagate_rendezvous([0])
             if order.propagate:
                 for r in group.propagate_rendezvous([r for r in order.ranks if r != 0]):
                     hooks.on_worker_replaced(group.name, r, FailureReason.DIED.value)
@@ -212,11 +219,14 @@ class InitTask:
                     sleep=self.runner.sleep, ranks=list(order.ranks), kill_on_failure=False,
                     rejoin_new_rank_zero=cfg.rejoin_new_rank_zero,
                 )  # fmt: skip
+            self._restore(captured)
             return InitDone(order.ranks, hooks.rebuilt())
         except RecoveryStopped:
             raise
         except SupersededError:
             raise RecoveryStopped() from None
+        except StateLostError as exc:  # never a silent re-initialisation: the group fails, saying why
+            return InitDone(order.ranks, hooks.rebuilt(), fatal=str(exc))
         except InitGroupError as exc:
             return InitDone(
                 order.ranks,
@@ -231,6 +241,34 @@ class InitTask:
                 hooks.rebuilt(),
                 fatal=f"init of rank(s) {list(order.ranks)} failed: {type(exc).__name__}: {exc}",
             )
+
+
+    def _capture_peer(self) -> tuple[int, Any, Any] | None:
+        # Before the survivors re-initialise: their state is the one to copy.
+        assert self.state is not None
+        survivors = list(self.order.survivors)
+        targets = [r for r in self.order.ranks if r not in survivors]
+        return self.state.capture_peer(self.group, survivors, targets)
+
+    def _restore(self, captured: tuple[int, Any, Any] | None) -> None:
+        order, group = self.order, self.group
+        if order.restore is StateRestore.NONE or self.state is None:
+            return
+        cause = _cause(group, order)
+        if order.restore is StateRestore.PEER:
+            if captured is not None:
+                try:
+                    self.state.restore_from_peer(group, captured, list(order.ranks))
+                    return
+                except StateLostError as exc:  # the peer went too: a snapshot may still have it
+                    log.warning("peer_restore_failed", group=group.name, error=str(exc))
+            cause += " (no live peer to copy from)"
+        self.state.roll_back(group, cause)
+
+
+def _cause(group: WorkerGroup, order: InitOrder) -> str:
+    replaced = [r for r in order.ranks if r not in order.survivors]
+    return f"rank(s) {replaced} of group {group.name} replaced" if replaced else f"group {group.name} re-formed"
 
 
 class _CountingHooks:

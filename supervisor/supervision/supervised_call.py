@@ -9,6 +9,13 @@ call has a defined outcome (:class:`InFlightPolicy`):
   their nodes and the cause, with the survivors' results attached.
 
 User exceptions raised inside the method are not failures of the rank: they propagate as usual.
+
+A *stateful* group (its supervisor has a state domain) is one collective: when a rank dies, the
+others' calls fail too (their collective lost a peer), so their errors are collateral, not the
+method's own. Its call collects every rank's outcome before judging; after a failure it waits until
+the group has recovered (and its state restored), then re-runs idempotent shards or raises; if the
+recovery rolled the job back, it raises :class:`~supervisor.errors.RolledBack` with the step to resume
+from. A new call first raises a rollback the driver has not been told of.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SupervisorError, first_line
+from ..errors import RolledBack, WorkerFailedError, first_line
 from ..observability.log import get_logger
 from .failures import ErrorKind, UnavailableClock, classify_error
 from .restart_policy import FailureReason
@@ -28,7 +35,7 @@ if TYPE_CHECKING:
     from ..core.group import WorkerGroup
     from . import GroupSupervisor
 
-__all__ = ["InFlightPolicy", "WorkerFailedError", "resolve_in_flight_policy", "run_supervised"]
+__all__ = ["InFlightPolicy", "WorkerFailedError", "RolledBack", "resolve_in_flight_policy", "run_supervised"]
 
 log = get_logger("supervised_call")
 
@@ -42,26 +49,6 @@ class InFlightPolicy(enum.Enum):
 
     RETRY = "retry"
     RAISE = "raise"
-
-
-class WorkerFailedError(SupervisorError):
-    """Ranks died during a call whose policy is RAISE.
-
-    Attributes:
-        method: the group method.
-        failed: ``{rank: "reason on node ...: cause"}``.
-        partial_results: ``{rank: result}`` of the ranks that finished.
-    """
-
-    def __init__(self, method: str, failed: dict[int, str], partial_results: dict[int, Any]) -> None:
-        detail = "; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items()))
-        super().__init__(f"{method}: rank(s) {sorted(failed)} failed during the call: {detail}")
-        self.method = method
-        self.failed = failed
-        self.partial_results = partial_results
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.method, self.failed, self.partial_results))
 
 
 def resolve_in_flight_policy(spec: MethodSpec, group_default: InFlightPolicy | None) -> InFlightPolicy:
@@ -118,12 +105,34 @@ class _SupervisedCall:
         self.unavailable = UnavailableClock(unavailable_timeout_s, time.monotonic)  # keyed by (rank, generation)
         self.results: dict[int, Any] = {}
         self.failed: dict[int, str] = {}
+        self.domain = supervisor.state_domain  # None: a group without state
+        self.errors: dict[int, tuple[int, BaseException]] = {}  # stateful: rank -> (generation, its own error)
+        self.rank_failed = False  # a rank of this call failed (a stateful group's other errors are collateral)
+        self.failed_generations: dict[int, int] = {}  # rank -> the generation that failed
 
     def run(self) -> list[Any]:
+        gate = self.supervisor.gate
+        if self.domain is None:
+            for rank in self.per_rank:
+                self._submit(rank, *gate.acquire(rank))  # waits out a recovery; raises if the group failed
+            return self._finish()
+        # Stateful: nothing reaches a rank unannounced after a rollback, and an update in flight
+        # tells the loop a failure now leaves the group at an unknown step.
+        acquired = {rank: gate.acquire(rank) for rank in self.per_rank}
+        if not self.retry:
+            gate.update_started()
+        try:
+            with self.domain.calls():
+                for rank, (generation, actor) in acquired.items():
+                    self._submit(rank, generation, actor)
+            return self._finish()
+        finally:
+            if not self.retry:
+                gate.update_ended()
+
+    def _finish(self) -> list[Any]:
         import ray
 
-        for rank in self.per_rank:
-            self._submit(rank, *self.supervisor.gate.acquire(rank))  # waits out a recovery; raises if the group failed
         while self.in_flight or self.awaiting:
             self._resubmit_replaced()
             if not self.in_flight:
@@ -133,9 +142,29 @@ class _SupervisedCall:
             for ref in ready:
                 self._collect(ref)
             self._judge_timeouts()
+            if self.retry and self.rank_failed and self.errors and not self.in_flight:
+                for rank, (generation, _) in self.errors.items():  # collateral: run again with the group
+                    self.awaiting[rank] = _Awaiting(generation - 1, None, time.monotonic())
+                self.errors.clear()
+        if self.domain is not None and (self.failed or (self.errors and self.rank_failed)):
+            self._after_stateful_failure()
         if self.failed:
             raise WorkerFailedError(self.method_name, self.failed, self.results)
+        if self.errors:  # the method's own error, no rank failed: unchanged, the lowest rank's
+            raise self.errors[min(self.errors)][1]
         return [self.results[r] for r in sorted(self.per_rank)]
+
+    def _after_stateful_failure(self) -> None:
+        """Wait until the group runs again with its state restored; raise the rollback if there was one."""
+        for rank, (_, exc) in self.errors.items():
+            self.failed.setdefault(rank, f"collateral: {first_line(exc)}")
+        self.errors.clear()
+        assert self.domain is not None
+        gate = self.supervisor.gate
+        for rank, generation in self.failed_generations.items():  # the loop may not have seen it yet
+            gate.await_replacement(rank, generation)  # raises GroupFailedError if the state could not be restored
+        gate.wait_running()
+        self.domain.raise_pending(self.method_name, self.failed)
 
     def _submit(self, rank: int, generation: int, actor: Any) -> None:
         args, kwargs = self.per_rank[rank]
@@ -160,6 +189,8 @@ class _SupervisedCall:
                 self._unavailable(rank, generation, first_line(exc))
             elif kind in (ErrorKind.DIED, ErrorKind.INIT_FAILED):
                 self._rank_failed(rank, generation, FailureReason.DIED, first_line(exc))
+            elif self.domain is not None:
+                self.errors[rank] = (generation, exc)  # judged once every rank's outcome is in
             else:
                 raise  # the method's own exception (or not the rank's fault): unchanged
 
@@ -193,6 +224,8 @@ class _SupervisedCall:
             self._rank_failed(rank, generation, FailureReason.HUNG, f"{self.method_name} did not answer within {self.call_timeout_s:g}s")
 
     def _rank_failed(self, rank: int, generation: int, reason: FailureReason, cause: str) -> None:
+        self.rank_failed = True
+        self.failed_generations[rank] = generation
         node = self.supervisor.ranks()[rank].node_id
         self.supervisor.gate.report_failure(rank, generation, reason, cause)
         if not self.retry:
@@ -208,6 +241,8 @@ class _SupervisedCall:
             acquired = self.supervisor.gate.try_acquire(rank, newer_than=waiting.newer_than)  # raises if the group failed
             if acquired is None:
                 continue
+            if self.domain is not None:  # the recovery rolled the job back: no shard runs on that state
+                self.domain.raise_pending(self.method_name, self.failed)
             del self.awaiting[rank]
             self._submit(rank, *acquired)
             if waiting.reason is not None:

@@ -29,6 +29,7 @@ from ..placement.cluster_state import read_snapshot
 from ..placement.drift import RankPlacement, compute_drift, count_drifted
 from ..placement.resources import diagnose
 from ..placement.standby import BundleRef, Replacement, ReplacementKind, free_bundles
+from ..state.domain import StateDomain
 from . import death_watch
 from .config import SupervisionConfig
 from .detection import Detected, Detector
@@ -67,6 +68,9 @@ class GroupSupervisor:
         clock: monotonic clock (injectable).
         restart_history, rank_restarts: restarts an earlier supervisor of this group made (times on
             ``clock``) and each rank's restart count, so a re-adopting daemon keeps the budget and counts.
+        state_domain: the job's :class:`~supervisor.state.StateDomain`, shared by its stateful groups
+            so a rollback takes all of them back together (a daemon passes its own). Default, for a
+            stateful group: one of its own, whose keepers end with :meth:`stop`.
 
     Use :meth:`start` to supervise in a background thread (owned by this object and stopped by
     :meth:`stop`); from then on the group's blocking calls go through :mod:`supervisor.supervision.supervised_call`.
@@ -81,6 +85,7 @@ class GroupSupervisor:
         clock: Callable[[], float] = time.monotonic,
         restart_history: list[RestartRecord] | None = None,
         rank_restarts: dict[int, int] | None = None,
+        state_domain: StateDomain | None = None,
     ) -> None:
         self.group = group
         self.config = config or SupervisionConfig()
@@ -113,6 +118,12 @@ class GroupSupervisor:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._released = True  # no death watch is held until start()
+        self.state_domain: StateDomain | None = None
+        self._owns_domain = False
+        if self.config.state.stateful:
+            self._owns_domain = state_domain is None
+            self.state_domain = state_domain or StateDomain(group.name_prefix, group.namespace, group.fence, self.hooks, clock)
+            self.state_domain.register(group, self.config.state, self.gate.wait_running)
 
     # -- public surface -------------------------------------------------------------------------
     @property
@@ -158,6 +169,7 @@ class GroupSupervisor:
         self._released = False
         # Blocking group calls go through the supervisor only once something drives recovery.
         self.group.supervisor = self
+        self.group.state_domain = self.state_domain
         self.group.on_rendezvous_picked = lambda rendezvous: self.hooks.on_supervision_changed(self.group.name)
         self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
         self.standby.publish()
@@ -196,6 +208,11 @@ class GroupSupervisor:
         if self.group.supervisor is self:
             self.group.supervisor = None
             self.group.on_rendezvous_picked = None
+            self.group.state_domain = None
+        if self.state_domain is not None:
+            self.state_domain.unregister(self.group.name)
+            if self._owns_domain:
+                self.state_domain.close()
 
     def generation(self, rank: int) -> int:
         with self.gate.cond:
@@ -261,7 +278,7 @@ class GroupSupervisor:
             if rank in seen or d.generation != status.generation:
                 continue
             if status.state is WorkerState.RUNNING:
-                observations.append(RankFailed(d.failure))
+                observations.append(RankFailed(d.failure, during_update=self.gate.updates_in_flight > 0))
                 self._failed_at[rank] = (d.detected_at, d.died_at_wall)
                 seen.add(rank)
             elif status.state is WorkerState.INITIALIZING:
@@ -382,7 +399,7 @@ class GroupSupervisor:
         if plan.init is not None:
             for r in plan.init.ranks:
                 self._detector.forget(r)
-            self._tasks.start("init", InitTask(plan.init, group, self.config, hooks, self._tasks))
+            self._tasks.start("init", InitTask(plan.init, group, self.config, hooks, self._tasks, self.state_domain))
         for r in plan.serving:
             self._detector.watch(r, self.gate.ranks[r].generation)
         self._requeue_deferred(plan.serving)

@@ -1,0 +1,76 @@
+"""Operations on a state: a nested dict of tensors and plain values (torch's ``state_dict`` shape).
+
+Run inside the rank (and the keepers), so they import torch only when a state holds tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["host_copy", "state_digest", "state_nbytes"]
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "untyped_storage")
+
+
+def host_copy(state: Any) -> Any:
+    """A copy in host memory that shares nothing with ``state``: the rank goes on training while the
+    copy is sent (tensors are cloned to CPU, arrays copied, other values deep-copied)."""
+    if isinstance(state, dict):
+        return {k: host_copy(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        items = [host_copy(v) for v in state]
+        return type(state)(items) if isinstance(state, list) or type(state) is tuple else type(state)(*items)
+    if _is_tensor(state):
+        return state.detach().to("cpu", copy=True)
+    return copy.deepcopy(state)
+
+
+def _leaves(state: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(state, dict):
+        for key in sorted(state, key=repr):
+            yield from _leaves(state[key], f"{path}/{key!r}")
+    elif isinstance(state, list | tuple):
+        for i, value in enumerate(state):
+            yield from _leaves(value, f"{path}[{i}]")
+    else:
+        yield path, state
+
+
+def state_digest(state: Any) -> str:
+    """A short hash of every leaf (its path, and a tensor's dtype, shape and bytes): equal digests mean
+    bit-identical states."""
+    digest = hashlib.sha256()
+    for path, value in _leaves(state):
+        digest.update(path.encode())
+        if _is_tensor(value):
+            tensor = value.detach().cpu().contiguous()
+            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.view(-1).view(dtype=_byte_dtype()).numpy().tobytes() if tensor.numel() else b"")
+        elif hasattr(value, "tobytes") and hasattr(value, "dtype"):  # numpy
+            digest.update(f"{value.dtype}{value.shape}".encode())
+            digest.update(value.tobytes())
+        else:
+            digest.update(repr(value).encode())
+    return digest.hexdigest()[:16]
+
+
+def _byte_dtype() -> Any:
+    import torch
+
+    return torch.uint8
+
+
+def state_nbytes(state: Any) -> int:
+    """Bytes the state's tensors and arrays take (plain values are negligible and not counted)."""
+    total = 0
+    for _, value in _leaves(state):
+        if _is_tensor(value):
+            total += value.numel() * value.element_size()
+        elif hasattr(value, "nbytes") and hasattr(value, "dtype"):
+            total += int(value.nbytes)
+    return total

@@ -1,0 +1,75 @@
+"""What kind of state a group's ranks hold, and how it is kept (one place for the defaults)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["StateKind", "StateConfig", "KEEP_SNAPSHOTS", "DEFAULT_SNAPSHOT_MEMORY_MB"]
+
+# Complete snapshots kept per group: the newest may be the one a failure interrupted on another group
+# of the job, so a job-wide rollback needs the one before it too.
+KEEP_SNAPSHOTS = 2
+DEFAULT_SNAPSHOT_MEMORY_MB = 1024.0
+
+
+class StateKind(enum.StrEnum):
+    """What a rank of the group holds that training changed.
+
+    NONE: nothing (rollout with weights resynced each step, reference, reward): a replacement only
+        re-runs the init method.
+    REPLICATED: every rank holds the same state (DDP replicas, a replicated critic): a replacement
+        receives a live peer's state, checked by digest, before it serves.
+    SHARDED: each rank holds its own part (FSDP, ZeRO): no peer holds it, so the group is rolled back
+        to the newest snapshot complete on every rank.
+    """
+
+    NONE = "none"
+    REPLICATED = "replicated"
+    SHARDED = "sharded"
+
+    @property
+    def stateful(self) -> bool:
+        return self is not StateKind.NONE
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    """How a group's state is kept.
+
+    Attributes:
+        kind: see :class:`StateKind`.
+        snapshot_every: take an in-memory snapshot at every this many step boundaries
+            (``DriverContext.step_boundary`` in the daemon); 0: only explicit ``group.snapshot(step)``.
+        snapshot_memory_mb: bound on what the group's kept snapshots take in the keepers (both copies
+            of every shard, all kept steps); a snapshot that would pass it is skipped and says so.
+        disk_dir: directory of the disk fallback (``torch.distributed.checkpoint``, one directory per
+            step and rank); shared storage on a real cluster. None: no disk snapshots.
+        disk_snapshot_every: write a disk snapshot at every this many step boundaries (0: never).
+    """
+
+    kind: StateKind = StateKind.NONE
+    snapshot_every: int = 0
+    snapshot_memory_mb: float = DEFAULT_SNAPSHOT_MEMORY_MB
+    disk_dir: str | None = None
+    disk_snapshot_every: int = 0
+
+    def __post_init__(self) -> None:
+        from ..errors import ConfigError
+
+        if self.snapshot_every < 0 or self.disk_snapshot_every < 0:
+            raise ConfigError("snapshot_every and disk_snapshot_every must be >= 0")
+        if self.snapshot_memory_mb <= 0:
+            raise ConfigError(f"snapshot_memory_mb must be > 0, got {self.snapshot_memory_mb}")
+        if self.disk_snapshot_every and not self.disk_dir:
+            raise ConfigError("disk_snapshot_every needs disk_dir")
+
+    @property
+    def stateful(self) -> bool:
+        return self.kind.stateful
+
+    def snapshot_due(self, step: int) -> bool:
+        return self.snapshot_every > 0 and step % self.snapshot_every == 0
+
+    def disk_due(self, step: int) -> bool:
+        return self.disk_snapshot_every > 0 and step % self.disk_snapshot_every == 0

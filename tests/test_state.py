@@ -1,0 +1,273 @@
+"""State survives a replacement, against real Ray: peer recovery of replicated state, rollback of
+sharded state to the newest complete snapshot (between calls, during a call, during a snapshot), the
+disk fallback when a node goes with its shards' copies, the never-silent failure, and the memory bound.
+
+The workers (tests/state_workers.py) change their state as a pure function of (rank, step), so every
+check compares bit-exact digests with a fault-free run computed in the test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import ray
+from clusters import connected_cluster
+from state_workers import StatefulWorker, expected_state
+
+from supervisor import (
+    ClassWithInitArgs,
+    GroupSupervisor,
+    ResourcePool,
+    SupervisionConfig,
+    create_group,
+    init_group,
+)
+from supervisor.core.state_tree import state_digest
+from supervisor.errors import GroupFailedError, RolledBack
+from supervisor.observability.metrics import REGISTRY
+from supervisor.state import StateConfig, StateDomain, StateKind
+from supervisor.state.keeper import keeper_name
+from supervisor.supervision.init_policy import InitPolicy
+from supervisor.supervision.restart_policy import RestartPolicy
+
+FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
+SIZE = 4096
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A CPU head and three nodes with 2 declared GPUs each (one spare node for a node loss)."""
+    with connected_cluster({"num_cpus": 4, "num_gpus": 0}, [{"num_cpus": 2, "num_gpus": 2}] * 3) as (cluster, workers):
+        cluster.gpu_nodes = workers
+        yield cluster
+
+
+def _supervised(kind, shared, tmp_path=None, process_on_nodes=(1, 1), step_s=0.0, domain=None, **state):
+    pool = ResourcePool(list(process_on_nodes), use_gpu=True, max_colocate_count=1)
+    group = create_group(pool, ClassWithInitArgs(StatefulWorker, size=SIZE, shared=shared, step_s=step_s))
+    init_group(group, "init_model", policy=FAST_INIT)
+    config = SupervisionConfig(
+        init_method="init_model", init_policy=FAST_INIT, probe_period_s=1.0,
+        restart=RestartPolicy(max_restarts=10, backoff_initial_s=0.0),
+        state=StateConfig(kind=kind, **state),
+    )  # fmt: skip
+    sup = GroupSupervisor(group, config, state_domain=domain).start()
+    return pool, group, sup
+
+
+def _teardown(pool, group, sup):
+    try:
+        sup.stop()
+    finally:
+        group.kill()
+        pool.teardown()
+
+
+def _pid(group, rank):
+    return ray.get(group.workers[rank].node_info.remote())["pid"]
+
+
+def _kill(group, rank):
+    os.kill(_pid(group, rank), signal.SIGKILL)
+
+
+def _digests(group):
+    return {i["rank"]: (i["step"], i["digest"]) for i in group.info()}
+
+
+def _expected(group, steps, shared):
+    return {r: (steps, state_digest(expected_state(SIZE, r, steps, shared))) for r in range(group.world_size)}
+
+
+def _wait(predicate, timeout_s=60.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _metric(name, **labels):
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _train(group, steps):
+    for step in steps:
+        group.train_step(step)
+
+
+def test_replicated_rank_killed_between_steps_gets_a_peers_state_bit_exact(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.REPLICATED, shared=True)
+    try:
+        _train(group, range(3))
+        before = _metric("supervisor_state_restore_seconds_count", group=group.name, kind="peer")
+        old_pid = _pid(group, 1)
+        _kill(group, 1)
+        _wait(lambda: sup.generation(1) == 1 and sup.state.value == "running", what="rank 1 replaced")
+        assert _pid(group, 1) != old_pid
+        assert _digests(group) == _expected(group, 3, shared=True)  # the replacement has its peer's step 3
+        _train(group, range(3, 5))  # no rollback: the next step is simply the next one
+        assert _digests(group) == _expected(group, 5, shared=True)
+        assert _metric("supervisor_state_restore_seconds_count", group=group.name, kind="peer") == before + 1
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_sharded_rank_killed_between_steps_rolls_back_to_the_latest_snapshot(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False)
+    try:
+        for step in range(3):
+            group.snapshot(step)
+            group.train_step(step)
+        group.snapshot(3)
+        sup.state_domain.wait_snapshots(group)
+        group.train_step(3)  # state at step 4 now, newest snapshot at 3
+        _kill(group, 0)
+        with pytest.raises(RolledBack) as raised:
+            _wait(lambda: sup.generation(0) == 1, what="rank 0 replaced")
+            group.info()  # the next call of the group announces the rollback, once
+        assert raised.value.step == 3 and raised.value.medium == "memory"
+        assert _digests(group) == _expected(group, 3, shared=False)  # every rank, the replacement too
+        _train(group, range(3, 6))  # step 3 applied again, exactly once
+        assert _digests(group) == _expected(group, 6, shared=False)
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_sharded_rank_killed_during_an_update_raises_rolled_back_from_that_call(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False, step_s=1.0)
+    try:
+        group.snapshot(0)
+        group.train_step(0)
+        group.snapshot(1)
+        sup.state_domain.wait_snapshots(group)
+        ref_pid = _pid(group, 1)
+        import threading
+
+        threading.Timer(0.4, os.kill, args=(ref_pid, signal.SIGKILL)).start()
+        with pytest.raises(RolledBack) as raised:
+            group.train_step(1)
+        assert raised.value.step == 1
+        assert _digests(group) == _expected(group, 1, shared=False)
+        group.train_step(1)
+        assert _digests(group) == _expected(group, 2, shared=False)
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_a_rank_killed_during_its_snapshot_rolls_back_to_a_complete_one(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False)
+    try:
+        group.snapshot(0)
+        group.train_step(0)
+        group.snapshot(1)
+        sup.state_domain.wait_snapshots(group)
+        group.train_step(1)
+        group.snapshot(2)  # the copy is taken; rank 1 dies while it is handed to the keepers
+        _kill(group, 1)
+        with pytest.raises(RolledBack) as raised:
+            _wait(lambda: sup.generation(1) == 1, what="rank 1 replaced")
+            group.info()
+        step = raised.value.step
+        assert step in (1, 2)  # 2 only if its shards reached both keepers before the kill
+        assert _digests(group) == _expected(group, step, shared=False)
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_a_node_lost_with_its_shards_copies_falls_back_to_disk(ray_cluster, tmp_path, no_leaks):
+    pool, group, sup = _supervised(
+        StateKind.SHARDED, shared=False, snapshot_every=1, disk_dir=str(tmp_path / "snapshots"), disk_snapshot_every=2
+    )
+    removed = None
+    try:
+        domain = sup.state_domain
+        for step in range(3):
+            domain.step_boundary(step)  # memory at 0, 1, 2; disk at 0, 2
+            group.train_step(step)
+        domain.step_boundary(3)
+        domain.wait_snapshots(group)
+        group.train_step(3)
+        # Rank 0's node goes, and the keeper holding the other copy of its shards with it.
+        node = group.rank_nodes[0]
+        others = [n for n in domain.keepers.handles() if n != node]
+        from supervisor.state.planning import copy_nodes
+
+        second = copy_nodes(node, [node, *others])[1]
+        ray.kill(ray.get_actor(keeper_name(group.name_prefix, second), namespace=group.namespace))
+        removed = next(n for n in ray_cluster.gpu_nodes if n.node_id == node)
+        ray_cluster.remove_node(removed)
+        with pytest.raises(RolledBack) as raised:
+            _wait(lambda: sup.generation(0) == 1, timeout_s=120, what="rank 0 replaced on another node")
+            group.info()
+        assert raised.value.step == 2 and raised.value.medium == "disk"
+        assert _digests(group) == _expected(group, 2, shared=False)
+        _train(group, range(2, 4))
+        assert _digests(group) == _expected(group, 4, shared=False)
+    finally:
+        _teardown(pool, group, sup)
+        if removed is not None:
+            ray_cluster.gpu_nodes[ray_cluster.gpu_nodes.index(removed)] = ray_cluster.add_node(num_cpus=2, num_gpus=2)
+            ray_cluster.wait_for_nodes()
+
+
+def test_sharded_state_without_a_snapshot_fails_the_group_saying_what_would_have_saved_it(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False)
+    try:
+        _train(group, range(2))
+        _kill(group, 1)
+        _wait(lambda: sup.state.value == "failed", what="the group to fail")
+        message = str(sup.failure)
+        assert "snapshot_every" in message and group.name in message, message
+        assert len(message.splitlines()) == 1
+        with pytest.raises(GroupFailedError):
+            group.info()
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_snapshots_stay_within_their_memory_bound_and_two_are_kept(ray_cluster, no_leaks):
+    # One snapshot: 2 ranks x 4096 float64 (32 KiB) x 2 copies = 128 KiB; the bound holds two of them.
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False, snapshot_memory_mb=0.3)
+    try:
+        domain = sup.state_domain
+        for step in range(5):
+            group.snapshot(step)
+            domain.wait_snapshots(group)
+            (status,) = domain.status()
+            assert status.held_bytes <= status.bound_bytes
+            group.train_step(step)
+        (status,) = domain.status()
+        assert status.steps_in_memory == (3, 4) and status.last_complete_step == 4
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_a_rollback_takes_every_stateful_group_of_the_domain_back(ray_cluster, no_leaks):
+    domain = StateDomain("state-test-", "state-test")
+    actor = _supervised(StateKind.SHARDED, shared=False, domain=domain, snapshot_every=1)
+    critic = _supervised(StateKind.REPLICATED, shared=True, domain=domain, snapshot_every=1)
+    try:
+        for step in range(2):
+            domain.step_boundary(step)
+            actor[1].train_step(step)
+            critic[1].train_step(step)
+        domain.step_boundary(2)
+        for _, group, _ in (actor, critic):
+            domain.wait_snapshots(group)
+        actor[1].train_step(2)
+        critic[1].train_step(2)  # both at step 3; snapshots at 2
+        _kill(actor[1], 1)
+        with pytest.raises(RolledBack) as raised:
+            _wait(lambda: actor[2].generation(1) == 1, what="actor rank 1 replaced")
+            critic[1].train_step(3)  # any stateful group's next call announces it
+        assert raised.value.step == 2 and set(raised.value.groups) == {actor[1].name, critic[1].name}
+        assert _digests(actor[1]) == _expected(actor[1], 2, shared=False)
+        assert _digests(critic[1]) == _expected(critic[1], 2, shared=True)
+    finally:
+        for parts in (actor, critic):
+            _teardown(*parts)
+        domain.close()
