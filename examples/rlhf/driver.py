@@ -1,7 +1,11 @@
 """The driver of the RLHF example: the step loop the supervisor daemon runs (``[driver] function``).
 
 Each step builds a batch of prompts, has the rollout group sample responses, has the reference group
-score them, and computes the reward here. The rollout and reference calls are supervised group calls:
+score them, and computes the reward here; then the trained groups, when the spec has them, take one
+optimisation step each: the critic (replicated state: DDP) and the actor update (sharded state:
+ZeRO), see :mod:`.training`. Their state survives a rank's death: the driver calls
+``ctx.step_boundary(step)`` before each step (the snapshots), and on ``RolledBack`` goes back to the
+step it names, so every step is applied exactly once to the state the job ends with. The rollout and reference calls are supervised group calls:
 if a rank dies mid-call, its shard is re-run on the replacement (both methods are idempotent), so the
 driver sees an ordinary, complete result. The driver does not trust that: every step checks that each
 uid it sent came back exactly once and in order, and that the outputs have the promised shapes, and it
@@ -19,6 +23,8 @@ spec, with or without failures: a chaos run can be compared with a clean one ste
 * ``data_seed`` (0): seed of the prompt stream;
 * ``step_interval_s`` (0): pause between steps, so a chaos test can act mid-run;
 * ``rollout_group`` ("rollout"), ``reference_group`` ("reference"): the group names in the spec;
+* ``actor_group`` ("actor"), ``critic_group`` ("critic"): the trained groups; a spec without them
+  trains nothing;
 * ``checkpoint_path`` (none): a file the driver writes the next step to after every step, and resumes
   from at start, the way a checkpoint-restart job (verl's answer to a failure) carries its progress
   from one job to the next: ``bench/goodput.py`` compares that with supervision.
@@ -39,6 +45,7 @@ import numpy as np
 import torch
 
 from supervisor import DataProto
+from supervisor.errors import RolledBack
 
 from .reward import score
 
@@ -60,6 +67,8 @@ class DriverArgs:
     step_interval_s: float = 0.0
     rollout_group: str = "rollout"
     reference_group: str = "reference"
+    actor_group: str = "actor"
+    critic_group: str = "critic"
     checkpoint_path: str = ""
 
     @classmethod
@@ -230,8 +239,11 @@ def main(ctx: DriverContext) -> None:
     if args.target_token >= policy["vocab_size"]:
         raise ValueError(f"driver.args.target_token {args.target_token} is outside the vocabulary ({policy['vocab_size']})")
 
+    trained = [ctx.groups[name] for name in (args.critic_group, args.actor_group) if name in ctx.groups]
     checkpoint = Path(args.checkpoint_path) if args.checkpoint_path else None
     start = max(int(ctx.progress.get("step", 0)), read_checkpoint(checkpoint))
+    if ctx.resume_step is not None:  # the trained groups' state is at this step: it wins over saved progress
+        start = ctx.resume_step
     log.info(
         "rlhf_start",
         start_step=start,
@@ -240,6 +252,7 @@ def main(ctx: DriverContext) -> None:
         batch_size=args.batch_size,
         rollout_ranks=rollout.world_size,
         reference_ranks=reference.world_size,
+        trained_groups=[g.name for g in trained],
         weights_digest=policy["weights_digest"],
         reference_is_initial_policy=policy["weights_digest"] == ref_model["weights_digest"],
     )
@@ -249,15 +262,22 @@ def main(ctx: DriverContext) -> None:
         mean = sum(step_times) / len(step_times) if step_times else 0.0
         return {"steps": args.steps, "run_steps": len(step_times), "mean_step_s": round(mean, 4)}
 
-    for step in range(start, args.steps):
+    step = start
+    while step < args.steps:
         if ctx.stop_requested.is_set():
             log.info("rlhf_stopped", next_step=step, **summary())
             return
         try:
+            ctx.step_boundary(step)  # snapshots of the trained groups' state before the step
             record = run_step(step, args, rollout, reference, policy["vocab_size"])
+            record["losses"] = {g.name: [round(r["loss"], 6) for r in g.train_step(step)] for g in trained}
         except UidMismatch as exc:  # counted by whoever reads the log (the chaos suite), then fatal
             log.error("rlhf_items_mismatch", step=step, method=exc.method, lost=exc.lost, duplicated=exc.duplicated)
             raise
+        except RolledBack as rolled_back:  # a trained rank was lost: its state, and every other, is at this step again
+            log.warning("rlhf_rolled_back", from_step=step, to_step=rolled_back.step, medium=rolled_back.medium)
+            step = ctx.rolled_back(rolled_back)
+            continue
         step_times.append(record["step_s"])
         log.info("rlhf_step", **record)
         ctx.save_progress({"step": step + 1, "steps": args.steps, "rollout_digest": record["rollout_digest"]})
@@ -265,4 +285,11 @@ def main(ctx: DriverContext) -> None:
             write_checkpoint(checkpoint, step + 1)
         if args.step_interval_s and step + 1 < args.steps:
             ctx.stop_requested.wait(args.step_interval_s)  # wakes at once on a stop request
-    log.info("rlhf_done", **summary())
+        step += 1
+    log.info("rlhf_done", **summary(), state=trained_state(trained))
+
+
+def trained_state(groups: list[WorkerGroup]) -> dict[str, list[dict[str, Any]]]:
+    """Each trained rank's step and state digest: a run with failures must end with the fault-free
+    run's digests, bit for bit (the chaos suite compares them)."""
+    return {g.name: [{"rank": i["rank"], "step": i["step"], "digest": i["digest"]} for i in g.state_info()] for g in groups}

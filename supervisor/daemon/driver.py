@@ -4,6 +4,20 @@ The function receives a :class:`DriverContext` and runs the job's loop (rollout,
 reward, update...) against the supervised groups. When it returns the daemon tears everything down and
 exits 0; when it raises, the daemon tears down and exits 1. A daemon restarted after a crash runs the
 driver again on the re-adopted groups, with the progress it last saved, so a step loop can resume.
+
+A job with stateful groups (``state = "replicated"`` or ``"sharded"``) drives its loop by steps: it
+calls :meth:`DriverContext.step_boundary` after each step (snapshots, when due), starts from
+:attr:`DriverContext.resume_step`, and on :class:`~supervisor.errors.RolledBack` goes back to the
+step it names::
+
+    step = ctx.resume_step or 0
+    while step < steps:
+        try:
+            ctx.step_boundary(step)
+            run_step(step)
+            step += 1
+        except RolledBack as rolled_back:
+            step = rolled_back.step
 """
 
 from __future__ import annotations
@@ -36,6 +50,10 @@ class DriverContext:
             a loop should check it between steps and return.
         kv: the supervisor's KV store (small shared state, service discovery); workers reach the same
             store with ``KVStore.attach(ray.get_runtime_context().namespace)``.
+        state: the job's state domain (None: no stateful group).
+        resume_step: the step the stateful groups hold now: 0 on a first run; on a re-adopted job,
+            the newest complete snapshot's (every stateful group was taken back to it); after a
+            rollback, its step. None without stateful groups (or without a snapshot yet).
     """
 
     name: str
@@ -46,12 +64,36 @@ class DriverContext:
     resumed: bool
     stop_requested: threading.Event
     kv: Any = None
+    state: Any = None
+    resume_step: int | None = None
     _save: Callable[[dict[str, Any]], None] = field(repr=False, default=lambda progress: None)
 
     def save_progress(self, progress: dict[str, Any]) -> None:
         """Persist small JSON-serialisable progress (e.g. ``{"step": 12}``) in the state record."""
         self.progress = dict(progress)
         self._save(self.progress)
+
+    def step_boundary(self, step: int) -> None:
+        """Every step before ``step`` is done: snapshot the stateful groups that are due
+        (``snapshot_every``, ``disk_snapshot_every``). A no-op without stateful groups.
+
+        Raises:
+            RolledBack: a rollback happened since the last call (``resume_step`` is its step).
+        """
+        if self.state is None:
+            return
+        from ..errors import RolledBack
+
+        try:
+            self.state.step_boundary(step)
+        except RolledBack as rolled_back:
+            self.resume_step = rolled_back.step
+            raise
+
+    def rolled_back(self, error: Any) -> int:
+        """Note a :class:`~supervisor.errors.RolledBack` caught from a group call; the step to resume from."""
+        self.resume_step = int(error.step)
+        return self.resume_step
 
     @property
     def log(self) -> Any:

@@ -63,6 +63,9 @@ class EventKind(StrEnum):
     GROUP_STATE = "GroupState"
     GROUP_FAILED = "GroupFailed"
     STANDBY_FAILED = "StandbyFailed"
+    STATE_RESTORED = "StateRestored"  # a stateful group's replacement got its state (from a peer)
+    ROLLED_BACK = "RolledBack"  # every stateful group went back to a snapshot
+    SNAPSHOT_SKIPPED = "SnapshotSkipped"  # a snapshot would have passed its memory bound
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ..errors import SupersededError, SupervisorError, first_line
 from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger
 from ..placement.pool import ResourcePool
+from ..state.domain import StateDomain
 from ..supervision import GroupSupervisor
 from ..supervision.init_policy import RankAttempt
 from ..supervision.restart_policy import within_window
@@ -100,6 +101,19 @@ class DaemonHooks(ObservingHooks):
         super().on_standby_failed(group, actor, detail)
         self.event(EventKind.STANDBY_FAILED, f"{actor}: {detail}", EventType.WARNING, group)
 
+    def on_state_restored(self, group: str, kind: str, seconds: float, ranks: tuple[int, ...]) -> None:
+        super().on_state_restored(group, kind, seconds, ranks)
+        self.event(EventKind.STATE_RESTORED, f"rank(s) {list(ranks)} loaded the state of a live peer in {seconds:.2f}s", group=group)
+
+    def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
+        super().on_rolled_back(group, groups, step, medium, seconds, cause)
+        message = f"every stateful group ({', '.join(groups)}) back to the {medium} snapshot of step {step} in {seconds:.2f}s: {cause}"
+        self.event(EventKind.ROLLED_BACK, message, EventType.WARNING, group)
+
+    def on_state_snapshot_skipped(self, group: str, step: int, reason: str) -> None:
+        super().on_state_snapshot_skipped(group, step, reason)
+        self.event(EventKind.SNAPSHOT_SKIPPED, reason, EventType.WARNING, group)
+
     def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
         super().on_resource_wait_done(pool, waited_s, outcome)
         type_ = EventType.NORMAL if outcome == "ready" else EventType.WARNING
@@ -140,6 +154,7 @@ class Job:
     groups: list[ManagedGroup] = field(default_factory=list)
     driver: DriverRun | None = None
     kv: KVStore | None = None
+    state_domain: StateDomain | None = None  # the stateful groups' snapshots and rollbacks (None: no stateful group)
     fence: OwnerFence | None = None
     last_written: float | None = None  # time.monotonic() of the last record write that succeeded
     _events_written: int = -1  # EventLog.added when the event history was last written

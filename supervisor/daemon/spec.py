@@ -54,6 +54,7 @@ from ..placement.layout import (
 from ..placement.pool import PlacementStrategy, ResourcePool
 from ..placement.resource_wait import RESOURCE_TIMEOUT_S
 from ..placement.standby import StandbyReach
+from ..state.kinds import StateConfig, StateKind
 from ..supervision import InFlightPolicy, SupervisionConfig
 from ..supervision.init_policy import InitPolicy
 from ..supervision.lifecycle import ACTOR_START_TIMEOUT_S
@@ -189,6 +190,15 @@ class GroupSpec:
     standby_nice: int = SupervisionConfig.standby_nice  # CPU priority lowered by this (nice) while a standby starts and warms up; 0: not lowered
     standby_sched_idle: bool = SupervisionConfig.standby_sched_idle  # a standby also runs under SCHED_IDLE while it starts and warms up: only on CPU time no rank wants
     standby_preload: list[str] = field(default_factory=list)  # modules a zygote per node imports once; standbys are forked from it
+    state: StateKind = StateConfig.kind  # what the ranks hold that training changed: none, replicated (every rank the same: DDP), sharded (each rank its part: FSDP, ZeRO)
+    snapshot_every: int = StateConfig.snapshot_every  # in-memory snapshot at every this many step boundaries of the driver (ctx.step_boundary); 0: none
+    snapshot_memory_mb: float = StateConfig.snapshot_memory_mb  # bound on what the group's kept snapshots take in the keepers (both copies, all kept steps)
+    disk_dir: str | None = StateConfig.disk_dir  # directory of the disk fallback (torch.distributed.checkpoint; relative to the spec; shared storage on a real cluster)
+    disk_snapshot_every: int = StateConfig.disk_snapshot_every  # disk snapshot at every this many step boundaries; 0: none
+
+    def state_config(self, base_dir: Path) -> StateConfig:
+        disk = str((base_dir / self.disk_dir).resolve()) if self.disk_dir else None
+        return StateConfig(self.state, self.snapshot_every, self.snapshot_memory_mb, disk, self.disk_snapshot_every)
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""
@@ -207,8 +217,9 @@ class GroupSpec:
             backoff_max_s=self.backoff_max_s,
         )
 
-    def supervision_config(self) -> SupervisionConfig:
+    def supervision_config(self, base_dir: Path = Path(".")) -> SupervisionConfig:
         return SupervisionConfig(
+            state=self.state_config(base_dir),
             restart=self.restart_policy(),
             init_method=self.init_method,
             init_kwargs=dict(self.init_kwargs),
@@ -662,6 +673,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
         if group.standby_preload and not group.standbys:
             problems.append(f"{path}.standby_preload: given without standbys")
         problems += [f"{path}.standby_preload: {p}" for p in check_preload_names(group.standby_preload)]
+        problems += _state_problems(path, group)
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if spec.ray.auth_token_path is not None:
         problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]
@@ -682,6 +694,24 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append("driver.function: required ('module:function' run once the groups are ready)")
         elif not _is_import_path(spec.driver.function):
             problems.append(f"driver.function: expected 'module:function', got {spec.driver.function!r}")
+    return problems
+
+
+def _state_problems(path: str, group: GroupSpec) -> list[str]:
+    problems = []
+    for key in ("snapshot_every", "disk_snapshot_every"):
+        if getattr(group, key) < 0:
+            problems.append(f"{path}.{key}: must be >= 0, got {getattr(group, key)}")
+    if group.snapshot_memory_mb <= 0:
+        problems.append(f"{path}.snapshot_memory_mb: must be > 0, got {group.snapshot_memory_mb:g}")
+    if not group.state.stateful:
+        for key in ("snapshot_every", "disk_snapshot_every", "disk_dir"):
+            if getattr(group, key):
+                problems.append(f"{path}.{key}: given without state (state = 'replicated' or 'sharded')")
+    if group.disk_snapshot_every and not group.disk_dir:
+        problems.append(f"{path}.disk_snapshot_every: given without disk_dir")
+    if group.disk_dir and not group.disk_snapshot_every:
+        problems.append(f"{path}.disk_dir: given without disk_snapshot_every")
     return problems
 
 

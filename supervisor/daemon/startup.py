@@ -17,6 +17,7 @@ from ..placement.budget import cluster_misfits, cpu_oversubscription
 from ..placement.cluster_state import read_snapshot
 from ..placement.layout import BundleRef
 from ..placement.pool import ResourcePool
+from ..state.domain import StateDomain
 from ..supervision import GroupSupervisor
 from ..supervision.lifecycle import adopt_group, create_group, init_group
 from ..supervision.restart_policy import FailureReason, RestartRecord
@@ -49,6 +50,11 @@ class JobStarter:
         self._remove_unexpected()
         # Created once, re-attached (with its data) by a restarted daemon; removed with the rest at teardown.
         self.job.kv = KVStore.create_or_attach(self.spec.name, self.spec.namespace)
+        if any(g.state.stateful for g in self.spec.groups.values()):
+            # Keepers in the supervisor's namespace: a restarted daemon finds them (and their
+            # snapshots) by name, and teardown and gc remove them with the rest of the job.
+            assert self.job.fence is not None
+            self.job.state_domain = StateDomain(f"{self.spec.name}.", self.spec.namespace, self.job.fence, self.job.hooks)
         for name in self.spec.groups_in_start_order():
             self._start_group(name, self.spec.groups[name])
         self._forget_unexpected()
@@ -195,7 +201,10 @@ class JobStarter:
             init_group(group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), job.hooks, ranks=to_init, kill_on_failure=not adopting)
         record.initialized = True
         history, counts = restored_restarts(same) if same else ([], {})
-        supervisor = GroupSupervisor(group, spec.supervision_config(), job.hooks, restart_history=history, rank_restarts=counts)
+        supervisor = GroupSupervisor(
+            group, spec.supervision_config(self.spec.base_dir), job.hooks, restart_history=history, rank_restarts=counts,
+            state_domain=job.state_domain,
+        )  # fmt: skip
         with job.lock:  # from here on the record of this group is built from its supervisor
             assert job.record is not None
             job.record.groups[name] = record
@@ -210,6 +219,7 @@ class JobStarter:
         job = self.job
         assert self.spec.driver is not None and job.record is not None
         function = self._import(self.spec.driver.function)
+        resume_step = self._restore_state()
         context = DriverContext(
             name=self.spec.name,
             groups={m.name: m.group for m in job.groups},
@@ -219,10 +229,29 @@ class JobStarter:
             resumed=job.adopting,
             stop_requested=self.stop_requested,
             kv=job.kv,
+            state=job.state_domain,
+            resume_step=resume_step,
             _save=job.save_progress,
         )
         job.driver = DriverRun(function, context).start()
         log.info("driver_started", function=self.spec.driver.function, resumed=context.resumed, progress=context.progress)
+
+
+    def _restore_state(self) -> int | None:
+        """A re-adopted job's stateful ranks may be a step past the progress their driver saved (it
+        was killed between an update and its save): every stateful group goes back to the newest
+        complete snapshot, and the driver resumes from its step."""
+        domain = self.job.state_domain
+        if domain is None:
+            return None
+        if not self.job.adopting:
+            return 0
+        rollback = domain.restore_all("the daemon re-adopted the job")
+        if rollback is None:
+            log.warning("state_not_restored", reason="no snapshot yet: the stateful groups keep their live state")
+            return None
+        log.info("state_restored_on_adoption", step=rollback.step, medium=rollback.medium.value, groups=list(rollback.groups))
+        return rollback.step
 
 
 def warn_cpu_oversubscription(job: Job) -> None:
