@@ -89,7 +89,7 @@ def test_bad_yaml_is_one_line_naming_where(text, problem):
 
 def test_validate_takes_yaml_specs(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(EXAMPLES / "rlhf/rlhf.yaml")])
-    assert result.exit_code == 0 and result.output.strip().endswith("valid (supervisor rlhf-demo: 2 pool(s), 2 group(s), a driver)"), result.output
+    assert result.exit_code == 0 and result.output.strip().endswith("valid (supervisor rlhf-demo: 4 pool(s), 4 group(s), a driver)"), result.output
     bad = tmp_path / "bad.yml"
     bad.write_text(MINIMAL_YAML.replace("{process_on_nodes: [2]}", "{process_on_nodes: [2], strategy: SPREAD_OUT}"))
     result = CliRunner().invoke(main, ["validate", "--no-imports", str(bad)])
