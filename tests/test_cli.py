@@ -54,7 +54,7 @@ def test_validate_accepts_every_example_spec_and_describes_it():
         described = json.loads(result.output)
         assert described["valid"] and described["spec"] == str(spec)
     result = CliRunner().invoke(main, ["validate", str(root / "examples/rlhf/rlhf.toml")])
-    assert result.exit_code == 0 and result.output.strip().endswith("valid (supervisor rlhf-demo: 2 pool(s), 2 group(s), a driver)")
+    assert result.exit_code == 0 and result.output.strip().endswith("valid (supervisor rlhf-demo: 4 pool(s), 4 group(s), a driver)")
 
 
 def test_validate_names_every_problem_in_one_line_each_and_exits_2(tmp_path):

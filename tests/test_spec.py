@@ -310,10 +310,10 @@ def test_rlhf_example_spec():
     spec = load_spec(EXAMPLE, check_imports=False)
     assert spec.name == "rlhf-demo"
     assert spec.namespace == "supervisor.rlhf-demo"
-    assert spec.ray.local_nodes == 2 and spec.ray.num_gpus == 4
+    assert spec.ray.local_nodes == 2 and spec.ray.num_gpus == 6
     assert spec.python_path()[-1] == str(REPO)  # "../.." from examples/rlhf/
-    assert {n: p.process_on_nodes for n, p in spec.pools.items()} == {"rollout": [2, 2], "reference": [1, 1]}
-    assert spec.groups_in_start_order() == ["rollout", "reference"]
+    assert {n: p.process_on_nodes for n, p in spec.pools.items()} == {"rollout": [2, 2], "reference": [1, 1], "actor": [1, 1], "critic": [1, 1]}
+    assert spec.groups_in_start_order() == ["rollout", "reference", "actor", "critic"]
     rollout = spec.groups["rollout"]
     assert rollout.worker_class == "examples.rlhf.workers:RolloutWorker"
     assert rollout.kwargs == {"vocab_size": 64, "hidden": 32, "seed": 0, "max_new_tokens": 16}
