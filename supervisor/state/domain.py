@@ -261,7 +261,7 @@ class StateDomain:
         return None
 
     def wait_snapshots(self, group: WorkerGroup, timeout_s: float = 60.0) -> list[dict[str, Any] | None]:
-        """Wait until the group's snapshot in flight reached the keepers (tests, benchmarks, teardown)."""
+        """Wait until the group's snapshot in flight reached the keepers (for callers that must know it is complete: tests, benchmarks)."""
         import ray
 
         member = self._members[group.name]
