@@ -32,7 +32,13 @@ def test_the_example_job_runs_to_completion_and_leaves_nothing_running():
     (done,) = [e for e in events if e["event"] == "rlhf_done"]
     assert done["run_steps"] == 20
     ready = {e["group"]: e for e in events if e["event"] == "group_ready"}
-    assert {g: e["world_size"] for g, e in ready.items()} == {"rollout": 4, "reference": 2}
+    assert {g: e["world_size"] for g, e in ready.items()} == {"rollout": 4, "reference": 2, "actor": 2, "critic": 2}
+    # The trained groups trained: every step's losses, and every rank ends at step 20; the critic's
+    # replicas agree bit for bit, the actor's ZeRO shards differ (each rank holds its own part).
+    assert all(sorted(e["losses"]) == ["actor", "critic"] and all(len(v) == 2 for v in e["losses"].values()) for e in steps)
+    assert {g: [r["step"] for r in ranks] for g, ranks in done["state"].items()} == {"actor": [20, 20], "critic": [20, 20]}
+    critic, actor = ([r["digest"] for r in done["state"][g]] for g in ("critic", "actor"))
+    assert critic[0] == critic[1] and actor[0] != actor[1]
     (stopped,) = [e for e in events if e["event"] == "supervisor_stopped"]
     assert stopped["reason"] == "driver returned" and stopped["exit_code"] == 0
     (started,) = [e for e in events if e["event"] == "embedded_ray_started"]

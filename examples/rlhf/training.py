@@ -80,6 +80,31 @@ def pad_elements(pad_mb: float) -> int:
     return int(pad_mb * 2**20) // 4
 
 
+def rendezvous_store(addr: str, port: int, rank: int, world_size: int) -> Any:
+    """The group's torch.distributed store, served by rank 0 on ``addr`` only.
+
+    ``init_method="tcp://addr:port"`` would have rank 0's TCPStore listen on every address of its
+    host, whatever ``addr`` says; the supervisor keeps every listener on the address Ray uses (the
+    loopback on one machine), so rank 0 binds the socket itself and hands it to the store.
+    """
+    import socket
+
+    import torch.distributed as dist
+
+    if rank != 0:
+        return dist.TCPStore(addr, port, world_size, False, COLLECTIVE_TIMEOUT)
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((addr, port))
+        listener.listen(world_size * 4)
+    except BaseException:
+        listener.close()
+        raise
+    return dist.TCPStore(addr, port, world_size, True, COLLECTIVE_TIMEOUT, wait_for_workers=False, master_listen_fd=listener.detach())
+
+
 def build_mlp(in_dim: int, hidden: int, out_dim: int, seed: int, pad_mb: float) -> torch.nn.Sequential:
     """``Linear(in_dim, hidden) - tanh - Linear(hidden, out_dim)`` initialised from ``seed`` without
     touching the global RNG, with a non-trainable float32 buffer ``pad`` of ``pad_mb`` MiB (contents a
@@ -204,9 +229,8 @@ class _TrainingWorker(Worker):
             dist.destroy_process_group()
         torch.set_num_threads(1)  # determinism (see the module docstring), and small actors share few cores
         addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank, world_size=self.world_size, timeout=COLLECTIVE_TIMEOUT
-        )
+        store = rendezvous_store(addr, int(port), self.rank, self.world_size)
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world_size, timeout=COLLECTIVE_TIMEOUT)
         self._init_rendezvous = f"{addr}:{port}"
         model = build_mlp(self.in_dim, self.hidden, self.out_dim, self.seed, self.pad_mb)
         self._forward, self._optimizer = self._build(model)
