@@ -56,6 +56,13 @@ class StatefulWorker(Worker):
         self.state = {"step": step + 1, "values": _apply(self.state["values"], self.rank, step, self.shared)}
         return self.state["step"]
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def perturb(self, ranks: list[int]) -> None:
+        """Change the state of ``ranks`` without a step: a replica that silently diverged."""
+        assert self.state is not None
+        if self.rank in ranks:
+            self.state = {**self.state, "values": self.state["values"] + 1e-9}
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, idempotent=True)
     def info(self) -> dict:
         assert self.state is not None

@@ -281,3 +281,27 @@ def test_doctor_fail_on_sets_the_exit_code_on_a_real_cluster(cluster):
     subprocess.run(command, shell=True, check=True, env=env, capture_output=True, timeout=60)  # as printed
     time.sleep(1)
     assert doctor(cluster.address) == (0, [])
+
+
+def test_a_stateful_group_without_a_snapshot_and_replicas_that_diverged():
+    from supervisor.daemon.record import StateRecord
+
+    def group(name: str, state: StateRecord) -> GroupRecord:
+        ranks = [RankStatus(r, WorkerState.RUNNING, 0, NODE, NODE) for r in range(3)]
+        return GroupRecord(name, "p", "m:C", ["a", "b", "c"], state="running", initialized=True, ranks=ranks, training_state=state)
+
+    protected = StateRecord("sharded", snapshot_every=1, last_snapshot_step=4)
+    replicated = StateRecord("replicated", snapshot_every=0, digest_step=4, digests={"0": "aa", "1": "aa", "2": "aa"})
+    ok = record(groups={"actor": group("actor", protected), "critic": group("critic", replicated)})
+    # The critic has no snapshot, but the actor is sharded: a rollback needs a step both hold.
+    (finding,) = diagnose(facts(records=[ok], cluster_ray_version="2.60.0"))
+    assert (finding.kind, finding.subject) == (FindingKind.STATE_UNPROTECTED, "job/critic") and "snapshot_every" in finding.fix
+    replicated.last_snapshot_step = 4
+    assert diagnose(facts(records=[ok], cluster_ray_version="2.60.0")) == []
+    # A replicated group alone (three live peers) needs no snapshot.
+    alone = StateRecord("replicated", digest_step=4, digests={"0": "aa", "1": "aa", "2": "aa"})
+    assert diagnose(facts(records=[record(groups={"critic": group("critic", alone)})], cluster_ray_version="2.60.0")) == []
+    replicated.digests["2"], replicated.diverged_ranks = "bb", [2]
+    (finding,) = diagnose(facts(records=[ok], cluster_ray_version="2.60.0"))
+    assert (finding.kind, finding.subject, finding.severity.name) == (FindingKind.STATE_DIVERGED, "job/critic rank(s) [2]", "ERROR")
+    assert "at step 4 (rank 0: aa, rank 1: aa, rank 2: bb)" in finding.detail

@@ -271,3 +271,28 @@ def test_a_rollback_takes_every_stateful_group_of_the_domain_back(ray_cluster, n
         for parts in (actor, critic):
             _teardown(*parts)
         domain.close()
+
+
+def test_status_shows_the_last_complete_snapshot_and_a_replica_whose_state_diverged(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.REPLICATED, shared=True, process_on_nodes=(1, 1, 1), snapshot_every=1)
+    domain = sup.state_domain
+    try:
+        for step in range(3):
+            group.snapshot(step)
+            group.train_step(step)
+        group.snapshot(3)  # each snapshot's ack reports the previous one's digests
+        (status,) = domain.cached_status()
+        assert (status.kind, status.last_complete_step, status.digest_step) == (StateKind.REPLICATED, 2, 2)
+        # As the inventory at snapshot 3 showed it: before 3 landed, once 0 was freed (two complete kept).
+        assert status.steps_in_memory == (1, 2) and 0 < status.held_bytes <= status.bound_bytes
+        assert len(set(status.replica_digests.values())) == 1 and sorted(status.replica_digests) == [0, 1, 2]
+        assert status.diverged_ranks == []
+        group.perturb([2])
+        group.snapshot(4)
+        group.snapshot(5)
+        (status,) = domain.cached_status()
+        assert status.digest_step == 4 and status.diverged_ranks == [2]
+        domain.wait_snapshots(group)
+        assert [s.last_complete_step for s in domain.status()] == [5]  # asking the keepers, once step 5 landed
+    finally:
+        _teardown(pool, group, sup)

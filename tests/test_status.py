@@ -187,3 +187,25 @@ def test_wide_adds_every_rank_and_the_document_carries_a_schema_version():
     document = status_to_json(wide)
     assert document["schema_version"] == STATUS_SCHEMA_VERSION == 1
     assert yaml.safe_load(status_to_yaml(wide)) == document
+
+
+def test_a_stateful_group_shows_its_state_kind_and_last_snapshot_when_wide_and_divergence_always():
+    from supervisor.cli.status import status_to_json
+    from supervisor.daemon.record import StateRecord
+
+    state = StateRecord(
+        "sharded", snapshot_every=1, last_snapshot_step=12, last_snapshot_at=NOW - 3, held_bytes=3 * 2**20, bound_bytes=64 * 2**20,
+        steps_in_memory=[11, 12, 13], steps_on_disk=[10], last_rollback_step=9, last_rollback_medium="memory",
+    )  # fmt: skip
+    rec = record()
+    rec.groups["g"].training_state = state
+    assert SupervisorRecord.from_json(rec.to_json()) == rec  # the record carries it
+    shown = report(alive=True)
+    shown.supervisors[0].groups[0].training_state = state
+    wide = render_status(shown, wide=True)
+    assert "state: sharded, last complete snapshot at step 12, 3s ago (every 1 step(s)); 3.0/64 MiB in memory (steps [11, 12, 13])" in wide
+    assert "state on disk: steps [10]" in wide and "last rollback: to step 9 from memory" in wide
+    assert "state:" not in render_status(shown)  # the default view stays short...
+    state.kind, state.diverged_ranks, state.digest_step, state.digests = "replicated", [1], 12, {"0": "aa", "1": "bb", "2": "aa"}
+    assert "state DIVERGED: rank(s) [1] differ from their replicas at step 12" in render_status(shown)  # ...unless replicas diverged
+    assert status_to_json(shown)["supervisors"][0]["groups"][0]["training_state"]["diverged_ranks"] == [1]

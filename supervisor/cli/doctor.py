@@ -56,6 +56,8 @@ class FindingKind(enum.Enum):
     CPU_OVERSUBSCRIBED = "cpu oversubscribed"
     KV_TIMEOUTS = "kv reads timing out"
     VERSION_MISMATCH = "ray version mismatch"
+    STATE_UNPROTECTED = "state without a snapshot"
+    STATE_DIVERGED = "replica state diverged"
 
 
 _PHASE = {
@@ -73,6 +75,8 @@ _PHASE = {
     FindingKind.CPU_OVERSUBSCRIBED: Phase.AFTER_START,
     FindingKind.KV_TIMEOUTS: Phase.AFTER_START,
     FindingKind.VERSION_MISMATCH: Phase.AFTER_START,
+    FindingKind.STATE_UNPROTECTED: Phase.AFTER_START,
+    FindingKind.STATE_DIVERGED: Phase.AFTER_START,
 }
 
 
@@ -103,6 +107,8 @@ _SEVERITY = {
     FindingKind.CPU_OVERSUBSCRIBED: Severity.WARNING,
     FindingKind.KV_TIMEOUTS: Severity.WARNING,
     FindingKind.VERSION_MISMATCH: Severity.ERROR,
+    FindingKind.STATE_UNPROTECTED: Severity.WARNING,
+    FindingKind.STATE_DIVERGED: Severity.ERROR,
 }
 
 
@@ -263,6 +269,7 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
                             "if the job is throughput-bound, rebuild the pool once the node is back (restart from a checkpoint)",
                         )  # fmt: skip
                     )
+        findings += _state_findings(record)
         hung = {(f.group, f.rank): f for f in record.failures if f.reason == "hung" and facts.now - f.time <= 3600}
         for (group, rank), failure in sorted(hung.items()):
             findings.append(
@@ -297,6 +304,47 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
             )
     order = list(Phase)
     return sorted(findings, key=lambda f: order.index(f.phase))
+
+
+def _state_findings(record: SupervisorRecord) -> list[Finding]:
+    """Stateful groups a failure now would cost their state, and replicas that no longer agree.
+
+    A rollback takes every stateful group of the job to a step all of them hold, so a group without a
+    complete snapshot leaves the whole job unprotected when any of them is sharded (a replicated group
+    alone still has its live peers, if it has more than one rank).
+    """
+    stateful = {g.name: g for g in record.groups.values() if g.training_state is not None}
+    any_sharded = any(g.training_state.kind == "sharded" for g in stateful.values() if g.training_state is not None)
+    findings = []
+    for name, group in sorted(stateful.items()):
+        state = group.training_state
+        assert state is not None
+        subject = f"{record.name}/{name}"
+        if state.last_snapshot_step is None and (any_sharded or len(group.actor_names) < 2):
+            setting = (
+                "set snapshot_every in the group's spec (and drive the job by steps: ctx.step_boundary(step))"
+                if not state.snapshot_every
+                else "the driver has not reached a step boundary since the start, or every snapshot was skipped for "
+                "snapshot_memory_mb (see SnapshotSkipped events); add disk_dir and disk_snapshot_every for a copy that outlives nodes"
+            )
+            findings.append(
+                Finding(
+                    FindingKind.STATE_UNPROTECTED, subject,
+                    f"{state.kind} state and no complete snapshot: a rank lost now fails the job (its state cannot be restored)",
+                    setting,
+                )  # fmt: skip
+            )
+        if state.diverged_ranks:
+            digests = ", ".join(f"rank {r}: {d[:12]}" for r, d in sorted(state.digests.items(), key=lambda kv: int(kv[0])))
+            findings.append(
+                Finding(
+                    FindingKind.STATE_DIVERGED, f"{subject} rank(s) {state.diverged_ranks}",
+                    f"replicated state differs from the other replicas' at step {state.digest_step} ({digests})",
+                    "the replicas no longer train the same model: look for non-determinism or a rank that skipped an update; "
+                    "stop the job and resume from the last good checkpoint",
+                )  # fmt: skip
+            )
+    return findings
 
 
 def _recovered(record: SupervisorRecord, group: str, rank: int) -> bool:

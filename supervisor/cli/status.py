@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..daemon.fence import observed_silence
-from ..daemon.record import Liveness, RecordStore, SupervisorRecord, liveness
+from ..daemon.record import Liveness, RecordStore, StateRecord, SupervisorRecord, liveness
 from ..supervision import WorkerState
 from .table import format_duration
 
@@ -82,6 +82,7 @@ class GroupStatus:
     standbys_ready: int = 0
     standbys_starting: int = 0
     ranks: list[RankRow] = field(default_factory=list)
+    training_state: StateRecord | None = None  # stateful groups: their snapshots
 
 
 @dataclass
@@ -219,7 +220,7 @@ def _supervisor_status(
             GroupStatus(
                 g.name, g.pool, g.state, world, running, restarting, failed, g.restarts_in_window(now), g.restart_window_s,
                 g.max_restarts, drifted, not alive, g.failure, g.standbys_wanted, ready, len(live_standbys) - ready,
-                _rank_rows(g, record.failures, processes) if processes is not None else [],
+                _rank_rows(g, record.failures, processes) if processes is not None else [], g.training_state,
             )  # fmt: skip
         )
     failures = [FailureLine(f.time, f.group, f.rank, f.reason, f.detail) for f in record.failures]
@@ -323,6 +324,8 @@ def render_status(report: StatusReport, wide: bool = False) -> str:
             items += [f"drift: rank {d.rank} {short_node(d.original_node)} -> {short_node(d.current_node)}" for d in g.drifted]
             if g.failure:
                 items.append(f"failure: {g.failure}")
+            if g.training_state is not None and (wide or g.training_state.diverged_ranks):
+                items += state_lines(g.training_state, now)
             if wide and g.ranks:
                 items += ["ranks:", *(f"  {line}" for line in _rank_table(g.ranks).splitlines())]
             group_subsections.append((f"{s.name}/{g.name} (pool {g.pool}, world size {g.world_size}, {g.state})", items, "workers"))
@@ -341,6 +344,26 @@ def render_status(report: StatusReport, wide: bool = False) -> str:
     warnings = [f"{s.name}: {w}" for s in report.supervisors for w in s.warnings]
     lines += _section("Resources", [("Pending Demands", demands, "resource demands"), ("Warnings", warnings, "warnings")])
     return "\n".join(lines)
+
+
+def state_lines(state: StateRecord, now: float) -> list[str]:
+    """What ``status -o wide`` says of a stateful group's state: its kind, newest complete snapshot,
+    what the snapshots hold, the last rollback, and replicas whose state differs."""
+    every = f"every {state.snapshot_every} step(s)" if state.snapshot_every else "only explicit snapshots"
+    if state.last_snapshot_step is None:
+        last = "no complete snapshot yet"
+    else:
+        age = f", {format_duration(max(0.0, now - state.last_snapshot_at))} ago" if state.last_snapshot_at is not None else ""
+        last = f"last complete snapshot at step {state.last_snapshot_step}{age}"
+    held = f"{state.held_bytes / 2**20:.1f}/{state.bound_bytes / 2**20:.0f} MiB in memory"
+    lines = [f"state: {state.kind}, {last} ({every}); {held} (steps {state.steps_in_memory or '-'})"]
+    if state.steps_on_disk:
+        lines.append(f"state on disk: steps {state.steps_on_disk[-3:]}" + (" ..." if len(state.steps_on_disk) > 3 else ""))
+    if state.last_rollback_step is not None:
+        lines.append(f"last rollback: to step {state.last_rollback_step} from {state.last_rollback_medium}")
+    if state.diverged_ranks:
+        lines.append(f"state DIVERGED: rank(s) {state.diverged_ranks} differ from their replicas at step {state.digest_step}")
+    return lines
 
 
 def _rank_table(ranks: list[RankRow]) -> str:

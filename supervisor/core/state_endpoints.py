@@ -59,6 +59,7 @@ class _SnapshotThread:
     def __init__(self, group: str, step: int, rank: int, state: Any, keepers: Sequence[Any], disk_dir: str | None) -> None:
         self.group, self.step, self.rank, self.state, self.keepers, self.disk_dir = group, step, rank, state, keepers, disk_dir
         self.error: str | None = None
+        self.digest: str | None = None  # of the state at this step (replicas compare theirs)
         self.seconds = 0.0
         self.thread = threading.Thread(target=self._run, name=f"snapshot-{group}-{step}", daemon=True)
         self.thread.start()
@@ -69,6 +70,7 @@ class _SnapshotThread:
         started = time.perf_counter()
         try:
             digest, nbytes = state_digest(self.state), state_nbytes(self.state)
+            self.digest = digest
             if self.keepers:
                 ref = ray.put(self.state)  # once, for both keepers: each resolves it into its own memory
                 ray.get([k.store.remote(self.group, self.step, self.rank, ref, digest, nbytes) for k in self.keepers])
@@ -96,6 +98,7 @@ def _save_disk(disk_dir: str, group: str, step: int, rank: int, state: Any, dige
 
 def start_snapshot(worker: Any, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None) -> dict[str, Any]:
     """Copy the worker's state to host memory and hand it to ``keepers`` (and disk) in the background.
+    With no keepers and no ``disk_dir`` only its digest is taken (a replica's, to compare with rank 0's).
 
     Returns at once after the copy, with the time the copy took and the previous snapshot's outcome.
     """
@@ -109,12 +112,13 @@ def start_snapshot(worker: Any, group: str, step: int, keepers: Sequence[Any], d
 
 
 def wait_snapshot(worker: Any, timeout_s: float | None = None) -> dict[str, Any] | None:
-    """Wait for the snapshot in flight (if any); its step, error and seconds."""
+    """Wait for the snapshot in flight (if any); its step, digest, error and seconds."""
     current: _SnapshotThread | None = getattr(worker, "_supervisor_snapshot_thread", None)
     if current is None:
         return None
     current.thread.join(timeout_s)
-    return {"step": current.step, "error": current.error, "seconds": current.seconds, "done": not current.thread.is_alive()}
+    done = not current.thread.is_alive()
+    return {"step": current.step, "digest": current.digest if done else None, "error": current.error, "seconds": current.seconds, "done": done}
 
 
 def capture_state(worker: Any) -> tuple[Any, str]:

@@ -21,7 +21,7 @@ from ..errors import SupersededError, SupervisorError, first_line
 from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger
 from ..placement.pool import ResourcePool
-from ..state.domain import StateDomain
+from ..state.domain import GroupStateStatus, Rollback, StateDomain
 from ..supervision import GroupSupervisor
 from ..supervision.init_policy import RankAttempt
 from ..supervision.restart_policy import within_window
@@ -29,7 +29,15 @@ from .driver import DriverRun
 from .events import EventKind, EventLog, EventType, events_to_json
 from .fence import OwnerFence
 from .kv import KVStore
-from .record import DaemonState, FailureEvent, GroupRecord, RecordStore, StandbyRecord, SupervisorRecord
+from .record import (
+    DaemonState,
+    FailureEvent,
+    GroupRecord,
+    RecordStore,
+    StandbyRecord,
+    StateRecord,
+    SupervisorRecord,
+)
 from .spec import GroupSpec, SupervisorSpec
 
 __all__ = ["Job", "ManagedGroup", "DaemonHooks", "RECENT_FAILURES", "ProgressNotSerializableError", "check_progress"]
@@ -195,8 +203,12 @@ class Job:
                     self.hooks.event(EventKind.DAEMON_STATE, f"{record.state} (pid {record.pid} on {record.host})")
                     self._announced_state = record.state
                 record.failures = list(self.hooks.failures)
+                states = {s.group: s for s in self.state_domain.cached_status()} if self.state_domain is not None else {}
+                rollback = self.state_domain.last_rollback if self.state_domain is not None else None
                 for m in self.groups:
                     record.groups[m.name] = group_record(m, record.groups.get(m.name))
+                    if m.name in states:
+                        record.groups[m.name].training_state = state_record(states[m.name], rollback)
                 data, seq = record.to_json(), record.heartbeat_seq
                 events, added = self.hooks.events.snapshot()
                 events_data = events_to_json(events) if added != self._events_written else None
@@ -271,6 +283,17 @@ def _json_problem(value: Any, path: str) -> str | None:
         return None
     kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
     return f"{path} is a {kind} ({value!r}), which JSON cannot hold: convert it (e.g. int(...), float(...), str(...))"
+
+
+def state_record(status: GroupStateStatus, rollback: Rollback | None) -> StateRecord:
+    """The record of a stateful group's snapshots (ages become wall times: readers are elsewhere)."""
+    at = None if status.last_snapshot_age_s is None else time.time() - status.last_snapshot_age_s
+    return StateRecord(
+        status.kind.value, status.snapshot_every, status.last_complete_step, at, status.held_bytes, status.bound_bytes,
+        list(status.steps_in_memory), list(status.steps_on_disk), status.digest_step,
+        {str(r): d for r, d in sorted(status.replica_digests.items())}, status.diverged_ranks,
+        None if rollback is None else rollback.step, None if rollback is None else rollback.medium.value,
+    )  # fmt: skip
 
 
 def group_record(m: ManagedGroup, base: GroupRecord | None) -> GroupRecord:

@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_DETACHED_GRACE_S",
     "GroupRecord",
     "StandbyRecord",
+    "StateRecord",
     "PoolRecord",
     "FailureEvent",
     "SupervisorRecord",
@@ -67,6 +68,25 @@ class StandbyRecord:
 
 
 @dataclass
+class StateRecord:
+    """A stateful group's snapshots, as the daemon last saw them (``status -o wide``, ``doctor``)."""
+
+    kind: str  # a StateKind value: "replicated" or "sharded"
+    snapshot_every: int = 0
+    last_snapshot_step: int | None = None  # newest snapshot complete on every rank (None: none yet)
+    last_snapshot_at: float | None = None  # its wall time
+    held_bytes: int = 0  # what the kept snapshots take in the keepers (both copies)
+    bound_bytes: int = 0  # snapshot_memory_mb
+    steps_in_memory: list[int] = field(default_factory=list)
+    steps_on_disk: list[int] = field(default_factory=list)
+    digest_step: int | None = None  # the step of the digests below
+    digests: dict[str, str] = field(default_factory=dict)  # rank (as text: JSON keys) -> state digest
+    diverged_ranks: list[int] = field(default_factory=list)  # replicas whose digest differs from the others'
+    last_rollback_step: int | None = None  # the job's last rollback (every stateful group took part)
+    last_rollback_medium: str | None = None
+
+
+@dataclass
 class GroupRecord:
     name: str
     pool: str
@@ -84,6 +104,7 @@ class GroupRecord:
     bundles: list[list[int]] = field(default_factory=list)  # each rank's [placement-group index, bundle index]
     standbys: list[StandbyRecord] = field(default_factory=list)
     standbys_wanted: int = 0
+    training_state: StateRecord | None = None  # stateful groups only
 
     def restarts_in_window(self, now: float) -> int:
         return sum(1 for _, _, t in self.restarts if within_window(t, self.restart_window_s, now))
@@ -161,6 +182,7 @@ class SupervisorRecord:
                     **v,
                     "ranks": _ranks(v.get("ranks", [])),
                     "standbys": [_known(StandbyRecord, s) for s in v.get("standbys", [])],
+                    "training_state": _known(StateRecord, v["training_state"]) if v.get("training_state") else None,
                 },
             )
             for k, v in raw.get("groups", {}).items()

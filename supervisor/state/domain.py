@@ -22,6 +22,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,22 @@ class GroupStateStatus:
     bound_bytes: int
     steps_in_memory: tuple[int, ...]
     steps_on_disk: tuple[int, ...]
+    snapshot_every: int = 0
+    # Each rank's state digest at ``digest_step`` (sharded: each its own; replicated: all equal).
+    digest_step: int | None = None
+    replica_digests: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def diverged_ranks(self) -> list[int]:
+        """Replicas whose digest differs from the one most ranks have (empty: they agree)."""
+        if self.kind is not StateKind.REPLICATED or len(self.replica_digests) < 2:
+            return []
+        counts = Counter(self.replica_digests.values())
+        # The majority's digest; on a tie, rank 0's (the one snapshots keep).
+        usual = self.replica_digests.get(0)
+        if usual is None or counts[usual] < max(counts.values()):
+            usual = counts.most_common(1)[0][0]
+        return sorted(r for r, d in self.replica_digests.items() if d != usual)
 
 
 @dataclass
@@ -100,6 +117,9 @@ class _Member:
     wait_running: Callable[[], None]
     last_nbytes: int = 0  # of one snapshot (all its shards, one copy)
     snapshot_at: dict[int, float] = field(default_factory=dict)  # step -> domain clock when taken
+    # What the last inventory showed (taken at every snapshot anyway): status reads it without a call.
+    seen: tuple[GroupCopies, frozenset[str]] | None = None
+    digests: dict[int, dict[int, str]] = field(default_factory=dict)  # step -> rank -> digest, as the ranks report them
 
 
 class StateDomain:
@@ -208,6 +228,8 @@ class StateDomain:
         with self._lock:
             self.raise_pending()
             ranks = snapshot_ranks(cfg.kind, group.world_size)
+            # Every replica takes part, keeping only a digest: a replica that drifted from rank 0 shows.
+            taking_part = range(group.world_size) if cfg.kind is StateKind.REPLICATED else ranks
             keepers: dict[str, Any] = {}
             if memory:
                 nodes = _alive_nodes()
@@ -219,16 +241,20 @@ class StateDomain:
                     keepers = {}  # the disk copy is still written
             started = time.perf_counter()
             refs = []
-            for rank in ranks:
-                targets = [keepers[n] for n in copy_nodes(group.rank_nodes.get(rank), keepers)] if keepers else []
-                refs.append(group.workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir))
+            for rank in taking_part:
+                kept = rank in ranks
+                targets = [keepers[n] for n in copy_nodes(group.rank_nodes.get(rank), keepers)] if keepers and kept else []
+                refs.append(group.workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None))
             acks = ray.get(refs)
         seconds = time.perf_counter() - started
         member.snapshot_at[step] = self.clock()
-        for rank, ack in zip(ranks, acks, strict=True):
+        for rank, ack in zip(taking_part, acks, strict=True):
             previous = ack.get("previous")
             if previous and previous.get("error"):
                 log.warning("state_snapshot_incomplete", group=group.name, rank=rank, step=previous["step"], error=previous["error"])
+            elif previous and previous.get("digest"):
+                member.digests.setdefault(int(previous["step"]), {})[rank] = previous["digest"]
+        self._check_replicas(member)
         self.hooks.on_state_snapshot(group.name, step, seconds, member.last_nbytes)
         return None
 
@@ -250,6 +276,9 @@ class StateDomain:
             kept = [s for s in kept if s >= latest]
         if gone:
             self.keepers.free(group.name, sorted(set(gone)))
+        freed = set(gone)
+        kept_copies = tuple(c for c in copies.copies if c.step not in freed or c.medium is CopyMedium.DISK)
+        member.seen = (GroupCopies(copies.kind, copies.world_size, kept_copies), frozenset(alive))
         if held_bytes(copies, kept) + needed > bound:
             reason = (
                 f"snapshot of group {group.name} at step {step} skipped: it needs {needed / 2**20:.1f} MiB beside "
@@ -278,19 +307,40 @@ class StateDomain:
         return {name: self._group_copies(m, memory.get(name, [])) for name, m in self._members.items()}, answered
 
     def status(self) -> list[GroupStateStatus]:
+        """Every group's snapshots as the keepers and the disk hold them now (asks every keeper)."""
         copies, alive = self.copies()
-        out = []
-        for name, member in sorted(self._members.items()):
-            group_copies = copies[name]
-            latest = latest_complete(group_copies, alive)
-            taken = member.snapshot_at.get(latest) if latest is not None else None
-            out.append(GroupStateStatus(
-                name, member.config.kind, latest, None if taken is None else self.clock() - taken,
-                held_bytes(group_copies), int(member.config.snapshot_memory_mb * 2**20),
-                tuple(sorted({c.step for c in group_copies.copies if c.medium is CopyMedium.MEMORY})),
-                tuple(sorted({c.step for c in group_copies.copies if c.medium is CopyMedium.DISK})),
-            ))  # fmt: skip
-        return out
+        return [self._status(member, copies[name], alive) for name, member in sorted(self._members.items())]
+
+    def cached_status(self) -> list[GroupStateStatus]:
+        """The same, as the last snapshot's inventory showed it (no call: the daemon's record writes
+        read it every heartbeat). A group not snapshotted yet shows what its disk holds."""
+        return [self._status(member, *self._seen(member)) for _, member in sorted(self._members.items())]
+
+    def _seen(self, member: _Member) -> tuple[GroupCopies, frozenset[str]]:
+        return member.seen or (self._group_copies(member, []), frozenset())
+
+    def _status(self, member: _Member, group_copies: GroupCopies, alive: frozenset[str] | set[str]) -> GroupStateStatus:
+        latest = latest_complete(group_copies, alive)
+        taken = member.snapshot_at.get(latest) if latest is not None else None
+        digest_step = max((s for s, d in member.digests.items() if len(d) >= member.group.world_size), default=None)
+        return GroupStateStatus(
+            member.group.name, member.config.kind, latest, None if taken is None else self.clock() - taken,
+            held_bytes(group_copies), int(member.config.snapshot_memory_mb * 2**20),
+            tuple(sorted({c.step for c in group_copies.copies if c.medium is CopyMedium.MEMORY})),
+            tuple(sorted({c.step for c in group_copies.copies if c.medium is CopyMedium.DISK})),
+            member.config.snapshot_every, digest_step, dict(member.digests[digest_step]) if digest_step is not None else {},
+        )  # fmt: skip
+
+    def _check_replicas(self, member: _Member) -> None:
+        """Keep the digests of the newest step every rank reported; log replicas that differ."""
+        complete = [step for step, by_rank in member.digests.items() if len(by_rank) >= member.group.world_size]
+        if not complete:
+            return
+        newest = max(complete)
+        member.digests = {step: d for step, d in member.digests.items() if step >= newest}
+        diverged = self._status(member, *self._seen(member)).diverged_ranks
+        if diverged:
+            log.error("state_replicas_diverged", group=member.group.name, step=newest, ranks=diverged, digests=member.digests[newest])
 
     # -- recovery -------------------------------------------------------------------------------
     def capture_peer(self, group: WorkerGroup, survivors: list[int], targets: list[int]) -> tuple[int, Any, Any] | None:
@@ -352,6 +402,8 @@ class StateDomain:
                 raise StateLostError(f"rollback to step {target.step} failed while loading: {first_line(exc)}") from exc
         seconds = time.perf_counter() - started
         self.last_rollback = rollback
+        for member in self._members.values():  # digests of steps past the target are of a history undone
+            member.digests = {s: d for s, d in member.digests.items() if s <= target.step}
         log.warning("rolled_back", step=target.step, groups=list(rollback.groups), medium=target.medium.value, cause=cause, seconds=round(seconds, 3))
         self.hooks.on_rolled_back(group.name, rollback.groups, target.step, target.medium.value, seconds, cause)
         return rollback
