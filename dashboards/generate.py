@@ -591,6 +591,63 @@ def recovery() -> db.Dashboard:
                 ],
             )
         )
+        .with_panel(
+            timeseries_panel(
+                7,
+                "Stateful groups: steps since the newest complete snapshot",
+                "For each group with replicated or sharded state, the steps between the driver's last step boundary "
+                "and the newest snapshot complete on every rank: what a rollback would replay if a rank died now. "
+                "With snapshot_every = 1 it stays at 1; a rising line means snapshots are skipped (snapshot_memory_mb) "
+                "or failing (see the SnapshotSkipped events).",
+                "short",
+                [target(sum_by("supervisor, group", sel("supervisor_state_steps_since_snapshot", group=True)), "{{supervisor}}/{{group}}")],
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                8,
+                "Stateful groups: snapshot pause and restore time (p50, p95, max)",
+                "Snapshot: how long a snapshot held the group's ranks (the copy of their state to host memory; the "
+                "hand-off to the keepers runs beside their next call). Restore: the time to load state into the "
+                "ranks after a failure, from a peer, a snapshot or the disk.",
+                "s",
+                quantile_targets("supervisor_state_snapshot_seconds", "group", "{{supervisor}}/{{group}} snapshot", DISTRIBUTION_QUANTILES, group=True)
+                + [
+                    target(quantile(0.95, "supervisor_state_restore_seconds", "group, kind", group=True), "{{supervisor}}/{{group}} restore from {{kind}} p95", "D"),
+                ],
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                9,
+                "Stateful groups: rollbacks by source",
+                "Rollbacks per bar's interval, by the group whose failure caused them and where the state came from "
+                "(memory: the snapshot keepers; disk: torch.distributed.checkpoint, when both memory copies were lost). "
+                "Every stateful group of the job goes back with each one, and the driver replays from its step.",
+                "short",
+                [
+                    target(
+                        f"sum by (supervisor, group, medium) ({per_interval('supervisor_state_rollbacks_total', group=True)})",
+                        "{{supervisor}}/{{group}} from {{medium}}",
+                    )
+                ],
+                bars=True,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                10,
+                "Stateful groups: snapshot memory and diverged replicas",
+                "Memory the kept snapshots take in the keeper actors (both copies of every shard, two complete "
+                "snapshots), bounded by each group's snapshot_memory_mb; and replicas of a replicated group whose "
+                "state digest differs from the others' (anything but 0 means the replicas train different models).",
+                "bytes",
+                [
+                    target(sum_by("supervisor, group", sel("supervisor_state_snapshot_bytes", group=True)), "{{supervisor}}/{{group}} held"),
+                    target(sum_by("supervisor, group", sel("supervisor_state_diverged_replicas", group=True)), "{{supervisor}}/{{group}} diverged replicas", "B"),
+                ],
+            )
+        )
     )
 
 

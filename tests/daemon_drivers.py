@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from supervisor.daemon.driver import DriverContext
+from supervisor.errors import RolledBack
 
 
 def count_steps(ctx: DriverContext) -> None:
@@ -38,8 +39,20 @@ def traffic(ctx: DriverContext) -> None:
     (so latency and failure metrics have data). Calls during a recovery wait for it (supervised)."""
     group = ctx.groups[ctx.args.get("group", "counters")]
     fail_every = int(ctx.args.get("fail_every", 5))
+    # A stateful group (tests/state_workers.py) trained by steps, with its snapshots and rollbacks.
+    trained = ctx.groups[ctx.args["trained"]] if "trained" in ctx.args else None
+    train_step = 0
     step = 0
     while not ctx.stop_requested.wait(float(ctx.args.get("interval_s", 0.1))):
+        if trained is not None:
+            try:
+                ctx.step_boundary(train_step)
+                trained.train_step(train_step)
+                train_step += 1
+            except RolledBack as rolled_back:
+                train_step = ctx.rolled_back(rolled_back)
+            except Exception as exc:
+                ctx.log.info("traffic_train_failed", error=str(exc)[:200])
         if ctx.kv is not None and step % fail_every == 0:  # a KV read that waits for its key (the wait metrics)
             ctx.kv.put("traffic_step", step, namespace="traffic")
             ctx.kv.get("traffic_step", timeout_s=10, namespace="traffic")

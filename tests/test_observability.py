@@ -22,10 +22,13 @@ from pathlib import Path
 import pytest
 from daemon_harness import BIN, ENV, TESTS_DIR, wait_for_record
 
+from supervisor.daemon.record import StateRecord
+
 REPO = TESTS_DIR.parent
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 JOB = "ray-supervisor"
+EMPTY_STATE = StateRecord("none")  # a group's state before its record carries one
 
 
 def free_port() -> int:
@@ -78,12 +81,26 @@ def scraped(tmp_path_factory):
                 in_flight = "retry"
                 init_method = "add"
                 init_kwargs = {{ n = 0 }}
+                [pools.s]
+                process_on_nodes = [1, 1]
+                use_gpu = false
+                resource_timeout_s = 120
+                [groups.trained]
+                pool = "s"
+                class = "state_workers:StatefulWorker"
+                kwargs = {{ size = 256 }}
+                init_method = "init_model"
+                probe_period_s = 1.0
+                state = "sharded"
+                snapshot_every = 1
+                snapshot_memory_mb = 4.0
                 [metrics]
                 port = {metrics_port}
                 [driver]
                 function = "daemon_drivers:traffic"
                 [driver.args]
                 interval_s = 0.05
+                trained = "trained"
                 """
             )
         )
@@ -113,6 +130,11 @@ def scraped(tmp_path_factory):
             return f"ranks {ranks}; daemon exit {daemon.poll()}; its log ends:\n{(tmp / 'daemon.log').read_text()[-6000:]}"
 
         _wait(lambda: _record("sv-obs").groups["counters"].restarts, "the killed worker's restart", 60, explain)
+        # A rank of the sharded group SIGKILLed once it has a snapshot: every stateful group rolls back.
+        _wait(lambda: (_record("sv-obs").groups["trained"].training_state or EMPTY_STATE).last_snapshot_step is not None, "a snapshot", 60, explain)
+        trained = ray.get_actor(record.groups["trained"].actor_names[0], namespace=record.namespace)
+        os.kill(wait_for_beat(trained).pid, signal.SIGKILL)
+        _wait(lambda: (_record("sv-obs").groups["trained"].training_state or EMPTY_STATE).last_rollback_step is not None, "the rollback", 60, explain)
         # The pool's node lost: its bundles are re-placed on a spare node, the replacements drift.
         node_of_pool = _record("sv-obs").groups["counters"].ranks[0].node_id
         (victim,) = [n for n in nodes if n.node_id == node_of_pool]
@@ -234,6 +256,13 @@ def test_the_kill_and_the_drift_are_in_prometheus(scraped):
     # The restart budget: every restart so far is within the (default 600 s) window, of 10 allowed.
     _wait(lambda: _prom_value(prom, f"supervisor_restarts_in_window{{{sel}}}") >= 3, "the budget's use scraped", 60)
     assert _prom_value(prom, f"supervisor_max_restarts{{{sel}}}") == 10
+    # The sharded group's rank killed: a rollback from memory, the state loaded from a snapshot, and a
+    # snapshot at every step since (at most one step behind at a boundary).
+    trained = f'job="{JOB}",group="trained"'
+    assert _prom_value(prom, f'sum(supervisor_state_rollbacks_total{{{trained},medium="memory"}})') >= 1
+    assert _prom_value(prom, f'supervisor_state_restore_seconds_count{{{trained},kind="snapshot"}}') >= 1
+    assert _prom_value(prom, f"supervisor_state_steps_since_snapshot{{{trained}}}") <= 2
+    assert 0 < _prom_value(prom, f"supervisor_state_snapshot_bytes{{{trained}}}") <= 4 * 2**20
 
 
 def test_every_dashboard_query_returns_data(scraped):
@@ -271,12 +300,12 @@ def test_the_daemon_answers_probes_and_its_status_without_a_ray_driver(scraped):
     with urllib.request.urlopen(base + "/healthz", timeout=10) as response:
         assert response.status == 200 and response.read().decode().startswith("running: record written ")
     with urllib.request.urlopen(base + "/readyz", timeout=10) as response:
-        assert response.status == 200 and response.read().decode() == "running, 1 group(s) running\n"
+        assert response.status == 200 and response.read().decode() == "running, 2 group(s) running\n"
     with urllib.request.urlopen(base + "/status", timeout=30) as response:
         document = json.loads(response.read())
     assert document["schema_version"] == 1
     (sup,) = document["supervisors"]
-    assert sup["name"] == "sv-obs" and sup["liveness"] == "alive" and [g["name"] for g in sup["groups"]] == ["counters"]
+    assert sup["name"] == "sv-obs" and sup["liveness"] == "alive" and [g["name"] for g in sup["groups"]] == ["counters", "trained"]
     assert sup["groups"][0]["restarts_in_window"] >= 1  # the kill and the node loss of the fixture
 
 

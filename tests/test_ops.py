@@ -39,6 +39,8 @@ EXPORTED: dict[str, tuple[str, dict[str, tuple[str, ...] | None]]] = {
     "supervisor_restarts_in_window": ("gauge", {"group": None}),
     "supervisor_max_restarts": ("gauge", {"group": None}),
     "supervisor_build_info": ("gauge", {"version": None, "ray_version": None}),
+    "supervisor_state_steps_since_snapshot": ("gauge", {"group": None}),
+    "supervisor_state_diverged_replicas": ("gauge", {"group": None}),
 }
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"job": None, "instance": None}

@@ -92,6 +92,11 @@ class LifecycleHooks:
     def on_state_snapshot_skipped(self, group: str, step: int, reason: str) -> None:
         """A snapshot was not taken: it would pass the group's memory bound."""
 
+    def on_state_boundary(self, group: str, step: int, steps_since_snapshot: int | None, held_bytes: int, diverged: int) -> None:
+        """The driver reached the boundary before ``step``: the group's newest complete snapshot is
+        ``steps_since_snapshot`` steps back (None: there is none), its snapshots hold ``held_bytes``,
+        and ``diverged`` replicas differ from the others."""
+
     def on_state_restored(self, group: str, kind: str, seconds: float, ranks: tuple[int, ...]) -> None:
         """State was loaded into ``ranks`` (``kind``: ``peer``, ``snapshot`` or ``disk``)."""
 
@@ -190,6 +195,12 @@ class ObservingHooks(LifecycleHooks):
 
     def on_state_snapshot_skipped(self, group: str, step: int, reason: str) -> None:
         metrics.STATE_SNAPSHOT_SKIPPED.labels(group=group).inc()
+
+    def on_state_boundary(self, group: str, step: int, steps_since_snapshot: int | None, held_bytes: int, diverged: int) -> None:
+        # No snapshot at all counts every step so far: the alert on a stale snapshot covers a missing one.
+        metrics.STATE_STEPS_SINCE_SNAPSHOT.labels(group=group).set(step if steps_since_snapshot is None else steps_since_snapshot)
+        metrics.STATE_SNAPSHOT_BYTES.labels(group=group).set(held_bytes)
+        metrics.STATE_DIVERGED_REPLICAS.labels(group=group).set(diverged)
 
     def on_state_restored(self, group: str, kind: str, seconds: float, ranks: tuple[int, ...]) -> None:
         metrics.STATE_RESTORE.labels(group=group, kind=kind).observe(seconds)

@@ -45,6 +45,9 @@ __all__ = [
     "STATE_SNAPSHOT_STEP",
     "STATE_SNAPSHOT_TIME",
     "STATE_SNAPSHOT_SKIPPED",
+    "STATE_STEPS_SINCE_SNAPSHOT",
+    "STATE_SNAPSHOT_BYTES",
+    "STATE_DIVERGED_REPLICAS",
     "DispatchFailure",
     "observe_dispatch",
     "forget_group",
@@ -150,6 +153,19 @@ STATE_SNAPSHOT_TIME = Gauge(
 )
 STATE_SNAPSHOT_SKIPPED = Counter(
     "supervisor_state_snapshots_skipped_total", "Snapshots not taken because they would pass the group's snapshot_memory_mb.",
+    ["group"], registry=REGISTRY,
+)
+STATE_STEPS_SINCE_SNAPSHOT = Gauge(
+    "supervisor_state_steps_since_snapshot",
+    "Steps since a group's newest complete snapshot, at the driver's last step boundary: what a rollback now would replay.",
+    ["group"], registry=REGISTRY,
+)
+STATE_SNAPSHOT_BYTES = Gauge(
+    "supervisor_state_snapshot_bytes", "Memory a group's kept snapshots take in the keepers (both copies of every shard).",
+    ["group"], registry=REGISTRY,
+)
+STATE_DIVERGED_REPLICAS = Gauge(
+    "supervisor_state_diverged_replicas", "Ranks of a replicated group whose state digest differs from the other replicas'.",
     ["group"], registry=REGISTRY,
 )
 BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)

@@ -201,6 +201,9 @@ class StateDomain:
                 result = self.snapshot(member.group, step, memory=memory, disk=disk)
                 if result is not None:
                     skipped.append(result)
+            status = self._status(member, *self._seen(member))
+            since = None if status.last_complete_step is None else step - status.last_complete_step
+            self.hooks.on_state_boundary(member.group.name, step, since, status.held_bytes, len(status.diverged_ranks))
         return skipped
 
     # -- snapshots ------------------------------------------------------------------------------
