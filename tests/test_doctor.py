@@ -301,6 +301,11 @@ def test_a_stateful_group_without_a_snapshot_and_replicas_that_diverged():
     # A replicated group alone (three live peers) needs no snapshot.
     alone = StateRecord("replicated", digest_step=4, digests={"0": "aa", "1": "aa", "2": "aa"})
     assert diagnose(facts(records=[record(groups={"critic": group("critic", alone)})], cluster_ray_version="2.60.0")) == []
+    protected.held_bytes, protected.bound_bytes, protected.steps_in_memory = 52 * 2**20, 64 * 2**20, [3, 4]
+    (finding,) = diagnose(facts(records=[ok], cluster_ray_version="2.60.0"))
+    assert (finding.kind, finding.subject) == (FindingKind.STATE_MEMORY, "job/actor")
+    assert finding.detail.startswith("snapshots hold 52.0 of snapshot_memory_mb = 64 MiB (steps [3, 4])")
+    protected.held_bytes = 16 * 2**20
     replicated.digests["2"], replicated.diverged_ranks = "bb", [2]
     (finding,) = diagnose(facts(records=[ok], cluster_ray_version="2.60.0"))
     assert (finding.kind, finding.subject, finding.severity.name) == (FindingKind.STATE_DIVERGED, "job/critic rank(s) [2]", "ERROR")

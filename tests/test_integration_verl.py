@@ -714,3 +714,58 @@ def test_patch_install_after_verl_is_imported_replaces_earlier_re_exports(ray_cl
         ray_cluster,
     )
     assert "patched late" in out
+
+
+# -- trained state is never re-initialised silently ------------------------------------------------
+def test_which_verl_roles_hold_trained_state():
+    from examples.verl import workers
+    from supervisor.integrations.verl.roles import COLOCATED_WORKER, trained_roles
+
+    roles = {"actor_rollout": workers.TrainedRoleWorker, "ref": workers.RoleWorker, "critic": workers.RoleWorker}
+    # A trained role's name and an update method: the critic role's class here has none (it trains nothing).
+    assert trained_roles(COLOCATED_WORKER, roles, None, {}) == ["actor_rollout"]
+    assert trained_roles(COLOCATED_WORKER, None, None, {}) == []  # roles not shown: not judged
+    assert trained_roles(None, None, workers.TrainedRoleWorker, {"role": "actor_rollout_ref"}) == ["actor_rollout_ref"]
+    assert trained_roles(None, None, workers.TrainedRoleWorker, {"role": "rollout"}) == []
+    assert trained_roles(None, None, workers.RoleWorker, {"role": "actor"}) == []
+
+
+def test_a_trained_verl_role_fails_its_group_in_one_line_instead_of_a_silent_re_initialisation(ray_cluster, no_leaks):
+    """verl's actor roles hold FSDP shards no snapshot keeps. Before any update a lost rank costs
+    nothing (the init recreates the initial state); after one, a lost rank fails the group with one line
+    naming the rank, how much training was lost and what would have saved it."""
+    import ray
+    from verl.single_controller.ray import base as verl_base
+
+    from examples.verl import workers
+    from supervisor.errors import GroupFailedError
+    from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
+
+    roles = {
+        "ref": verl_base.RayClassWithInitArgs(ray.remote(workers.RoleWorker), role="ref", scale=3.0),
+        "actor_rollout": verl_base.RayClassWithInitArgs(ray.remote(workers.TrainedRoleWorker), role="actor_rollout", scale=2.0),
+    }
+    pool = SupervisedRayResourcePool(process_on_nodes=[1, 1], use_gpu=True, max_colocate_count=1, name_prefix="trained_pool")
+    group = SupervisedRayWorkerGroup(resource_pool=pool, ray_cls_with_init=verl_base.create_colocated_worker_cls(roles), supervision=_supervision())
+    try:
+        spawned = group.spawn(prefix_set=roles.keys())
+        ref, actor = spawned["ref"], spawned["actor_rollout"]
+        ref.init_model()
+        actor.init_model()
+        os.kill(actor.process_info()[1]["pid"], signal.SIGKILL)  # untrained: replaced, nothing lost
+        _wait_recovered(group, {1: 1})
+        assert actor.update_actor() == [1, 1] and actor.update_actor() == [2, 2]
+        os.kill(actor.process_info()[1]["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        while group.supervisor.state.value != "failed":
+            assert time.monotonic() < deadline, "the group did not fail"
+            time.sleep(0.1)
+        message = str(group.supervisor.failure)
+        assert "\n" not in message, message
+        for part in ("rank(s) [1]", "after 2 update call(s)", "actor_rollout", "trainer.save_freq", "resume_mode=auto"):
+            assert part in message, message
+        with pytest.raises(GroupFailedError):
+            actor.update_actor()
+    finally:
+        group.teardown()
+        pool.teardown()

@@ -30,7 +30,7 @@ from verl.single_controller.base.decorator import (
     register,
 )
 
-__all__ = ["SeedWorker", "DistSeedWorker", "LateDistSeedWorker", "RoleWorker", "VERL_ENV_KEYS"]
+__all__ = ["SeedWorker", "DistSeedWorker", "LateDistSeedWorker", "RoleWorker", "TrainedRoleWorker", "VERL_ENV_KEYS"]
 
 # What verl's RayWorkerGroup puts into every rank's environment (verl 0.9.1, ray/base.py _create_worker).
 VERL_ENV_KEYS = ("WORLD_SIZE", "RANK", "WG_PREFIX", "WG_BACKEND", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -215,3 +215,20 @@ def _dist_initialized() -> bool:
     import torch.distributed as dist
 
     return bool(dist.is_available() and dist.is_initialized())
+
+
+class TrainedRoleWorker(RoleWorker):
+    """A role that trains (verl's actor roles): ``update_actor`` changes what the rank holds, and
+    nothing here can restore it, so the supervisor must never re-initialise it silently."""
+
+    def __init__(self, role: str, scale: float) -> None:
+        super().__init__(role, scale)
+        self.updates = 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def update_actor(self) -> int:
+        if not self.ready:
+            raise RuntimeError(f"role {self.role}: not set up in this process (init_model or reset)")
+        self.updates += 1
+        self.scale += 1.0
+        return self.updates

@@ -58,6 +58,7 @@ class FindingKind(enum.Enum):
     VERSION_MISMATCH = "ray version mismatch"
     STATE_UNPROTECTED = "state without a snapshot"
     STATE_DIVERGED = "replica state diverged"
+    STATE_MEMORY = "snapshot memory near its bound"
 
 
 _PHASE = {
@@ -77,6 +78,7 @@ _PHASE = {
     FindingKind.VERSION_MISMATCH: Phase.AFTER_START,
     FindingKind.STATE_UNPROTECTED: Phase.AFTER_START,
     FindingKind.STATE_DIVERGED: Phase.AFTER_START,
+    FindingKind.STATE_MEMORY: Phase.AFTER_START,
 }
 
 
@@ -109,6 +111,7 @@ _SEVERITY = {
     FindingKind.VERSION_MISMATCH: Severity.ERROR,
     FindingKind.STATE_UNPROTECTED: Severity.WARNING,
     FindingKind.STATE_DIVERGED: Severity.ERROR,
+    FindingKind.STATE_MEMORY: Severity.WARNING,
 }
 
 
@@ -332,6 +335,17 @@ def _state_findings(record: SupervisorRecord) -> list[Finding]:
                     FindingKind.STATE_UNPROTECTED, subject,
                     f"{state.kind} state and no complete snapshot: a rank lost now fails the job (its state cannot be restored)",
                     setting,
+                )  # fmt: skip
+            )
+        # Two complete snapshots are kept, and the next one is taken beside them: past three quarters of
+        # the bound, the next snapshot is likely skipped (or only the newest one kept).
+        if state.bound_bytes and state.held_bytes > 0.75 * state.bound_bytes:
+            findings.append(
+                Finding(
+                    FindingKind.STATE_MEMORY, subject,
+                    f"snapshots hold {state.held_bytes / 2**20:.1f} of snapshot_memory_mb = {state.bound_bytes / 2**20:g} MiB "
+                    f"(steps {state.steps_in_memory}): the next may be skipped",
+                    "raise snapshot_memory_mb to at least 3 snapshots' worth (2 copies of every shard each), or snapshot less often",
                 )  # fmt: skip
             )
         if state.diverged_ranks:

@@ -166,6 +166,11 @@ class SupervisedEndpoints:
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "node_ip": node_ip_address(), "pid": os.getpid(), "rank": self._rank}
 
+    def _supervisor_free_address(self, avoid_port: int | None) -> tuple[str, int]:
+        """This node's address and a free port: a rendezvous picked where rank 0 runs (a standby about
+        to become rank 0, or a live rank 0 whose collective re-forms around a replacement)."""
+        return free_address_here(avoid_port)
+
     def _supervisor_sentinel(self, _never: Any = None) -> int:
         """The target of a death watch: queued with an argument that never exists, so it never runs
         (Ray fails it when this process dies)."""
@@ -390,10 +395,6 @@ class Worker(SupervisedEndpoints, WorkerHelper, _StandbyPriority):
             if isinstance(role, Worker):
                 role._read_identity()
         return self.node_info()
-
-    def _supervisor_free_address(self, avoid_port: int | None) -> tuple[str, int]:
-        """This node's address and a free port (a standby about to become rank 0 picks the rendezvous)."""
-        return free_address_here(avoid_port)
 
     def _supervisor_warm_up(self, method: str) -> dict[str, Any]:
         """A standby's rank-independent preparation (``method``, the group's standby warm-up), then

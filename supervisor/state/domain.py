@@ -147,6 +147,29 @@ class StateDomain:
         self._pending: Rollback | None = None
         self.last_boundary: int | None = None
         self.last_rollback: Rollback | None = None
+        # Updates counted by an integration whose program has no step boundaries (verl's update_actor
+        # calls): None when nothing counts them.
+        self.updates_done: int | None = None
+        self.update_label = "update"
+
+    # -- progress without step boundaries --------------------------------------------------------
+    def count_updates(self, label: str) -> None:
+        """Count the job's progress by update calls (``label``: what they are called) from now on."""
+        with self._lock:
+            if self.updates_done is None:
+                self.updates_done = 0
+            self.update_label = label
+
+    def note_update(self) -> None:
+        """One update call completed: the state has been trained."""
+        with self._lock:
+            self.updates_done = (self.updates_done or 0) + 1
+
+    @property
+    def untrained(self) -> bool:
+        """Updates are counted and none has completed: every rank holds its initial state, which the
+        init method recreates, so a replacement has nothing to restore."""
+        return self.last_boundary is None and self.updates_done == 0
 
     # -- membership -----------------------------------------------------------------------------
     def register(self, group: WorkerGroup, config: StateConfig, wait_running: Callable[[], None] = lambda: None) -> None:
@@ -225,6 +248,9 @@ class StateDomain:
         if member is None:
             raise ConfigError(f"group {group.name} declares no state (state = 'replicated' or 'sharded' to snapshot it)")
         member.wait_running()
+        # The ranks as they were while RUNNING: a replacement swapped in meanwhile (a death seen while
+        # the keepers are asked) must not get a snapshot before its init; the dead rank's call fails instead.
+        workers = list(group.workers)
         cfg = member.config
         disk = cfg.disk_due(step) if disk is None else disk
         disk_dir = cfg.disk_dir if disk else None
@@ -247,8 +273,15 @@ class StateDomain:
             for rank in taking_part:
                 kept = rank in ranks
                 targets = [keepers[n] for n in copy_nodes(group.rank_nodes.get(rank), keepers)] if keepers and kept else []
-                refs.append(group.workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None))
-            acks = ray.get(refs)
+                refs.append(workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None))
+            try:
+                acks = ray.get(refs)
+            except ray.exceptions.RayActorError as exc:
+                interrupted: Exception | None = exc
+            else:
+                interrupted = None
+        if interrupted is not None:
+            return self._snapshot_interrupted(member, step, interrupted)
         seconds = time.perf_counter() - started
         member.snapshot_at[step] = self.clock()
         for rank, ack in zip(taking_part, acks, strict=True):
@@ -260,6 +293,14 @@ class StateDomain:
         self._check_replicas(member)
         self.hooks.on_state_snapshot(group.name, step, seconds, member.last_nbytes)
         return None
+
+    def _snapshot_interrupted(self, member: _Member, step: int, error: Exception) -> None:
+        """A rank died inside its snapshot: this step's snapshot is incomplete (a rollback never uses
+        it). Not the driver's error: the group's supervisor replaces the rank and rolls back; wait for
+        that and announce the rollback here (when the death is not seen yet, the next call announces it)."""
+        log.warning("state_snapshot_interrupted", group=member.group.name, step=step, error=first_line(error))
+        member.wait_running()
+        self.raise_pending()
 
     def _make_room(self, member: _Member, step: int) -> SnapshotSkipped | None:
         """Free what the keep rule allows, then more if the new snapshot would pass the bound."""
@@ -443,14 +484,24 @@ class StateDomain:
         return refs
 
     def _lost_message(self, failed_group: str, cause: str, copies: dict[str, GroupCopies], alive: set[str]) -> str:
-        lost_at = "an unknown step" if self.last_boundary is None else f"step {self.last_boundary}"
+        if self.last_boundary is not None:
+            when = f"at step {self.last_boundary}"
+        elif self.updates_done is not None:
+            when = f"after {self.updates_done} {self.update_label} call(s)"
+        else:
+            when = "at an unknown step"
         missing = []
         for name, member in sorted(self._members.items()):
             if latest_complete(copies[name], alive) is None:
-                setting = "snapshot_every" if member.config.snapshot_every == 0 else "disk_dir and disk_snapshot_every (both in-memory copies were lost)"
-                missing.append(f"{name} ({member.config.kind.value}: no complete snapshot; set {setting})")
+                if member.config.lost_hint:
+                    remedy = member.config.lost_hint
+                elif member.config.snapshot_every == 0:
+                    remedy = "set snapshot_every"
+                else:
+                    remedy = "set disk_dir and disk_snapshot_every (both in-memory copies were lost)"
+                missing.append(f"{name} ({member.config.kind.value}: no complete snapshot; {remedy})")
         why = "; ".join(missing) or "no step is complete in every stateful group at once"
-        return f"state of group {failed_group} lost at {lost_at}: {cause}; cannot roll back: {why}"
+        return f"state of group {failed_group} lost {when}: {cause}; cannot roll back: {why}"
 
     def close(self, kill_keepers: bool = True) -> None:
         """End the keepers (and every snapshot they hold)."""

@@ -46,6 +46,9 @@ class StateConfig:
         disk_dir: directory of the disk fallback (``torch.distributed.checkpoint``, one directory per
             step and rank); shared storage on a real cluster. None: no disk snapshots.
         disk_snapshot_every: write a disk snapshot at every this many step boundaries (0: never).
+        lost_hint: what would have saved the state, said when it is lost (default: the snapshot
+            settings); an integration whose ranks cannot be snapshotted (verl's FSDP workers) names
+            its own remedy.
     """
 
     kind: StateKind = StateKind.NONE
@@ -53,6 +56,7 @@ class StateConfig:
     snapshot_memory_mb: float = DEFAULT_SNAPSHOT_MEMORY_MB
     disk_dir: str | None = None
     disk_snapshot_every: int = 0
+    lost_hint: str | None = None
 
     def __post_init__(self) -> None:
         from ..errors import ConfigError

@@ -252,7 +252,7 @@ class InitTask:
 
     def _restore(self, captured: tuple[int, Any, Any] | None) -> None:
         order, group = self.order, self.group
-        if order.restore is StateRestore.NONE or self.state is None:
+        if order.restore is StateRestore.NONE or self.state is None or self.state.untrained:
             return
         cause = _cause(group, order)
         if order.restore is StateRestore.PEER:

@@ -39,6 +39,7 @@ from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
 from ...placement.layout import BundleRef
+from ...state.kinds import StateConfig, StateKind
 from ...supervision.config import SupervisionConfig
 from ...supervision.lifecycle import create_group
 from ...supervision.restart_policy import RestartStrategy
@@ -52,11 +53,14 @@ from .program_exit import stop_at_exit
 from .roles import (
     FUSED_WORKER,
     ROLE_SETUP_METHODS,
+    UPDATE_METHODS,
     ArmingInit,
+    CountingUpdate,
     SupervisedRoleGroup,
     class_kind,
     colocated_kind,
     role_classes,
+    trained_roles,
 )
 from .strategy import choose_strategy
 
@@ -302,6 +306,7 @@ class SupervisedRayWorkerGroup:
         # Its roles, when verl's class shows them (else any method's prefix may be a role).
         known = role_classes(self._roles_kind, getattr(ray_cls_with_init, "cls", None)) if self._colocated else None
         self._roles: tuple[str, ...] | None = tuple(known) if known is not None else (None if self._colocated else ())
+        self._role_classes = known
         self._init_calls: dict[str, tuple[str, tuple[Any, ...], dict[str, Any]]] = {}  # in the program's order
         self._init_lock = threading.Lock()
         self._init_timeout_s = 0.0  # one init's timeout (a colocated group's replay scales it)
@@ -403,8 +408,14 @@ class SupervisedRayWorkerGroup:
                 in_flight=config.in_flight or InFlightPolicy.RETRY,
                 standbys=0,  # verl's Worker reads RANK in its constructor: no rank-less standbys
             )
+            trained = trained_roles(self._roles_kind, self._role_classes, cls_with_init.user_cls, dict(cls_with_init.kwargs))
+            if trained and not config.state.stateful:
+                # Never a silent re-initialisation: a lost rank of these roles fails the group, saying so.
+                config = dataclasses.replace(config, state=StateConfig(kind=StateKind.SHARDED, lost_hint=verl_lost_hint(trained)))
             self._init_timeout_s = config.init_policy.timeout_s
             self.supervisor = GroupSupervisor(group, config, hooks).start()
+            if trained and self.supervisor.state_domain is not None and config.state.lost_hint:
+                self.supervisor.state_domain.count_updates("update")
             stop_at_exit(self.supervisor)
             if self._init_method is not None and not self._colocated:  # a role's is armed by its role group
                 setattr(group, self._init_method, ArmingInit(self, getattr(group, self._init_method), self._init_method))
@@ -526,12 +537,20 @@ class SupervisedRayWorkerGroup:
         for role, role_group in self.wg_dict.items():
             setattr(self, role, role_group)
 
+    def counting(self, name: str, bound: Any) -> Any:
+        """``bound``, counted as an update of the group's state when ``name`` is one of verl's update
+        methods and no snapshot keeps that state (see :func:`.roles.trained_roles`)."""
+        domain = self.supervisor.state_domain if self.supervisor is not None else None
+        if name in UPDATE_METHODS and domain is not None and domain.updates_done is not None:
+            return CountingUpdate(bound, domain)
+        return bound
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this object lacks: the group's bound methods and verl's API on it.
         if name.startswith("__") or name == "_group" or "_group" not in self.__dict__:
             raise AttributeError(name)
         try:
-            return getattr(self._group, name)
+            return self.counting(name, getattr(self._group, name))
         except AttributeError:
             cls = self._group.cls_with_init
             owner = cls.original_cls.__name__ if isinstance(cls, _SupervisedClassWithInitArgs) else "the worker class"
@@ -574,6 +593,16 @@ class SupervisedRayWorkerGroup:
 
     def __repr__(self) -> str:
         return f"<SupervisedRayWorkerGroup {self.name_prefix} world_size={self._group.world_size} strategy={self.restart_strategy}>"
+
+
+def verl_lost_hint(roles: list[str]) -> str:
+    """What would have saved the state of verl's trained ``roles`` (FSDP or Megatron shards that no
+    snapshot of the supervisor keeps: verl's workers have no state_dict/load_state_dict)."""
+    return (
+        f"verl's {', '.join(roles)} ranks hold sharded weights and optimizer state the supervisor cannot restore: "
+        "resume from verl's checkpoint (trainer.save_freq=N, trainer.resume_mode=auto), or give the worker class "
+        "state_dict()/load_state_dict() and run it under `supervisor start` with state = \"sharded\" and snapshot_every"
+    )
 
 
 def _namespace(host: Any) -> str:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArmingInit", "SupervisedRoleGroup", "ROLE_SETUP_METHODS", "COLOCATED_WORKER", "FUSED_WORKER",
-    "colocated_kind", "class_kind", "role_classes",
+    "TRAINED_ROLES", "UPDATE_METHODS", "colocated_kind", "class_kind", "role_classes", "trained_roles", "CountingUpdate",
 ]  # fmt: skip
 
 # What verl's colocating helpers build: create_colocated_worker_cls (every role's methods on one class,
@@ -35,6 +35,58 @@ FUSED_WORKER = "FusedWorker"
 # Besides its init method, the calls that set a role up, replayed on a replacement too: verl's trainer
 # sets its critic up with ``reset()`` (the engine's initialisation) and ``set_loss_fn(...)``.
 ROLE_SETUP_METHODS = ("reset", "set_loss_fn")
+
+
+# verl's roles whose ranks hold trained state (FSDP or Megatron shards of the weights and the optimizer
+# state): the policy update in its actor roles, and the critic. Rollout, reference and reward roles hold
+# weights that are loaded or synced, not trained, so re-initialising them loses nothing.
+TRAINED_ROLES = frozenset({"actor", "actor_rollout", "actor_rollout_ref", "critic"})
+# The calls that train: one completed call is one update of that state (verl's actor, critic and
+# engine TrainingWorker).
+UPDATE_METHODS = ("update_actor", "update_critic", "train_batch", "train_mini_batch")
+
+
+def _updates(cls: Any) -> list[str]:
+    cls = getattr(cls, "__ray_actor_class__", cls)
+    return [m for m in UPDATE_METHODS if callable(getattr(cls, m, None))]
+
+
+def trained_roles(kind: str | None, roles: dict[str, type] | None, cls: Any, kwargs: dict[str, Any]) -> list[str]:
+    """The roles of a verl worker class whose ranks hold trained state (pure; empty: none, or unknown).
+
+    Only a class with an update method trains. A colocated class (``roles``: its role classes) says
+    which of its roles do by their names (verl's trainer keys them by role); a plain class by its
+    ``role`` argument (verl's ``ActorRolloutRefWorker``), or, taking none, by being an update's
+    owner (verl's critic, the engine's ``TrainingWorker``).
+    """
+    if kind is not None:
+        return sorted(r for r, role_cls in (roles or {}).items() if r in TRAINED_ROLES and _updates(role_cls))
+    updates = _updates(cls)
+    if not updates:
+        return []
+    cls = getattr(cls, "__ray_actor_class__", cls)
+    role = kwargs.get("role")
+    if role is None:
+        return ["critic" if "update_critic" in updates or "actor" not in cls.__name__.lower() else "actor"]
+    return [str(role)] if str(role) in TRAINED_ROLES else []
+
+
+class CountingUpdate:
+    """An update method of a group whose state no snapshot keeps: each completed call is counted, so
+    a lost rank can say how much training was lost."""
+
+    def __init__(self, bound: Any, domain: Any) -> None:
+        self._bound = bound
+        self._domain = domain
+        self.__name__ = getattr(bound, "__name__", "update")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._bound(*args, **kwargs)
+        self._domain.note_update()
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bound, name)
 
 
 class ArmingInit:
@@ -90,7 +142,9 @@ class SupervisedRoleGroup:
         method = parent.role_method(self.sub_cls_name, name)
         if method in parent.group.method_names:
             bound = getattr(parent.group, method)
-            return ArmingInit(parent, bound, method) if name in parent.role_setup_methods else bound
+            if name in parent.role_setup_methods:
+                return ArmingInit(parent, bound, method)
+            return parent.counting(name, bound)
         return getattr(parent, name)
 
     def teardown(self) -> None:
