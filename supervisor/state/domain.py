@@ -284,12 +284,15 @@ class StateDomain:
             return self._snapshot_interrupted(member, step, interrupted)
         seconds = time.perf_counter() - started
         member.snapshot_at[step] = self.clock()
+        # Copied, changed, then swapped in: the daemon's heartbeat thread reads them without a lock.
+        digests = {s: dict(d) for s, d in member.digests.items()}
         for rank, ack in zip(taking_part, acks, strict=True):
             previous = ack.get("previous")
             if previous and previous.get("error"):
                 log.warning("state_snapshot_incomplete", group=group.name, rank=rank, step=previous["step"], error=previous["error"])
             elif previous and previous.get("digest"):
-                member.digests.setdefault(int(previous["step"]), {})[rank] = previous["digest"]
+                digests.setdefault(int(previous["step"]), {})[rank] = previous["digest"]
+        member.digests = digests
         self._check_replicas(member)
         self.hooks.on_state_snapshot(group.name, step, seconds, member.last_nbytes)
         return None
@@ -323,6 +326,9 @@ class StateDomain:
         freed = set(gone)
         kept_copies = tuple(c for c in copies.copies if c.step not in freed or c.medium is CopyMedium.DISK)
         member.seen = (GroupCopies(copies.kind, copies.world_size, kept_copies), frozenset(alive))
+        oldest = min((c.step for c in kept_copies), default=None)
+        if oldest is not None:  # times of freed snapshots: a long run would keep one per step
+            member.snapshot_at = {s: t for s, t in member.snapshot_at.items() if s >= oldest}
         if held_bytes(copies, kept) + needed > bound:
             reason = (
                 f"snapshot of group {group.name} at step {step} skipped: it needs {needed / 2**20:.1f} MiB beside "
@@ -358,7 +364,9 @@ class StateDomain:
     def cached_status(self) -> list[GroupStateStatus]:
         """The same, as the last snapshot's inventory showed it (no call: the daemon's record writes
         read it every heartbeat). A group not snapshotted yet shows what its disk holds."""
-        return [self._status(member, *self._seen(member)) for _, member in sorted(self._members.items())]
+        # Read by the heartbeat thread beside the driver's: a copy of the members, and each member's
+        # inventory and digests are only ever replaced, never changed in place.
+        return [self._status(member, *self._seen(member)) for _, member in sorted(dict(self._members).items())]
 
     def _seen(self, member: _Member) -> tuple[GroupCopies, frozenset[str]]:
         return member.seen or (self._group_copies(member, []), frozenset())
