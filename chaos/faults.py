@@ -82,7 +82,9 @@ def rank_rendezvous(record: Any, group: str) -> list[str | None]:
     """The rendezvous each rank of ``group`` last ran its init on (None: init never ran on it)."""
     import ray
 
-    from .harness import rank_actor
+    from .harness import TRAINED_GROUPS, rank_actor
 
-    infos = [rank_actor(record, group, rank)[1].model_info.remote() for rank in range(len(record.groups[group].actor_names))]
+    # The trained workers report it with their state, the language models with their model.
+    method = "state_info" if group in {g.name for g in TRAINED_GROUPS} else "model_info"
+    infos = [getattr(rank_actor(record, group, rank)[1], method).remote() for rank in range(len(record.groups[group].actor_names))]
     return [info["init_rendezvous"] for info in ray.get(infos, timeout=60)]

@@ -5,6 +5,7 @@ cluster's tables). This process is a second Ray driver: it injects faults and ch
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import signal
@@ -17,14 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .reference import GroupRecipe
+
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray address on loopback
 
-__all__ = ["REPO", "BIN", "ENV", "ChaosCluster", "JobOptions", "Daemon", "wait_until", "rank_actor", "actor_pid", "leftovers", "stop_everything"]
+__all__ = [
+    "REPO", "BIN", "ENV", "ChaosCluster", "JobOptions", "TrainedGroup", "TRAINED_GROUPS", "Daemon", "wait_until", "rank_actor",
+    "actor_pid", "leftovers", "stop_everything",
+]  # fmt: skip
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_DEDUP_LOGS": "0"}
-GPU_NODE = {"num_cpus": 4, "num_gpus": 4}
+# 6 GPUs a node, as examples/rlhf/rlhf.toml: the job's 10 ranks fit on two nodes, and still fit on what
+# is left after a node loss (before a node is added back).
+GPU_NODE = {"num_cpus": 6, "num_gpus": 6}
 
 
 def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
@@ -40,8 +48,8 @@ def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interv
 
 
 class ChaosCluster:
-    """A CPU-only head (the daemon, its KV store and this driver) and ``gpu_nodes`` nodes with 4 CPUs
-    and 4 declared GPUs each; the example job needs 6 GPUs on two nodes, so one node is spare."""
+    """A CPU-only head (the daemon, its KV store and this driver) and ``gpu_nodes`` nodes with 6 CPUs
+    and 6 declared GPUs each; the example job needs 10 GPUs over its pools, so one node is spare."""
 
     def __init__(self, gpu_nodes: int = 3) -> None:
         import ray
@@ -75,9 +83,12 @@ class ChaosCluster:
         return str(node.node_id)
 
     def restore(self) -> None:
-        """Back to ``gpu_nodes`` GPU nodes (a scenario may have removed some)."""
+        """Back to ``gpu_nodes`` GPU nodes (a scenario may have removed or added some); called once
+        the scenario's job is torn down, so a surplus node holds nothing."""
         while len(self.gpu_nodes) < self.wanted_gpu_nodes:
             self.add_gpu_node()
+        while len(self.gpu_nodes) > self.wanted_gpu_nodes:
+            self.cluster.remove_node(self.gpu_nodes.pop())
 
     def shutdown(self) -> None:
         import ray
@@ -86,9 +97,55 @@ class ChaosCluster:
         self.cluster.shutdown()
 
 
+class StateKind(enum.Enum):
+    """A trained group's ``state`` in the spec."""
+
+    REPLICATED = "replicated"
+    SHARDED = "sharded"
+
+
+@dataclass(frozen=True)
+class TrainedGroup:
+    """A trained group of the chaos job: its pool has one rank on each of two nodes, as in
+    examples/rlhf/rlhf.toml (its kwargs too: the state-intact invariant trains the same class with them)."""
+
+    name: str
+    cls: str
+    kwargs: dict[str, Any]
+    state: StateKind
+    world_size: int = 2
+
+    def recipe(self) -> GroupRecipe:
+        return GroupRecipe.of(self.name, self.cls, self.kwargs, self.world_size)
+
+
+TRAINED_GROUPS = (
+    TrainedGroup(
+        "actor",
+        "examples.rlhf.training:ActorUpdateWorker",
+        {"in_dim": 16, "hidden": 32, "seed": 0, "lr": 0.01, "batch_size": 16},
+        StateKind.SHARDED,
+    ),
+    TrainedGroup(
+        "critic",
+        "examples.rlhf.training:CriticWorker",
+        {"in_dim": 16, "hidden": 32, "seed": 1, "lr": 0.01, "batch_size": 16},
+        StateKind.REPLICATED,
+    ),
+)
+
+
+def _toml_value(value: Any) -> str:
+    return json.dumps(value)  # ints, floats and strings are spelled alike in TOML and JSON
+
+
 @dataclass(frozen=True)
 class JobOptions:
-    """The example RLHF job as a chaos run configures it (pools and groups as in examples/rlhf/rlhf.toml)."""
+    """The example RLHF job as a chaos run configures it (pools and groups as in examples/rlhf/rlhf.toml).
+
+    The driver is :mod:`chaos.driver`: the example's, plus its trained state logged when a stop ends
+    it (the example logs it only at its end), so every scenario can check the state is intact.
+    """
 
     steps: int = 100_000  # the run ends when the scenario stops it
     step_interval_s: float = 0.0
@@ -105,11 +162,14 @@ class JobOptions:
     heartbeat_interval_s: float = 0.5
     orphan_grace_s: float = 30.0
     shutdown_timeout_s: float = 30.0  # room for a slow shutdown method (slow-stop)
+    trained: bool = True  # the actor and critic groups (state sharded and replicated), snapshot every step
+    snapshot_memory_mb: float = 64.0
+    disk_dir: str | None = None  # the disk fallback of the trained groups' snapshots (absolute)
+    disk_snapshot_every: int = 0
 
     def spec(self, name: str, fault_dir: Path) -> str:
         group = textwrap.dedent(
             f"""
-            kwargs = {{ vocab_size = 64, hidden = 32, seed = 0, max_new_tokens = {self.max_new_tokens} }}
             env = {{ RLHF_FAULT_DIR = "{fault_dir}" }}
             init_method = "init_model"
             init_timeout_s = 120.0
@@ -123,21 +183,39 @@ class JobOptions:
             shutdown_timeout_s = {self.shutdown_timeout_s}
             """
         )
-        pools = "".join(
-            f'[pools.{pool}]\nprocess_on_nodes = {layout}\nresource_timeout_s = {self.resource_timeout_s}\nprogress_interval_s = {self.progress_interval_s}\n'
-            for pool, layout in (("rollout", "[2, 2]"), ("reference", "[1, 1]"))
+        lm = (
+            f"kwargs = {{ vocab_size = 64, hidden = 32, seed = 0, max_new_tokens = {self.max_new_tokens} }}\n"
         )
+        layouts = [("rollout", "[2, 2]"), ("reference", "[1, 1]")]
+        layouts += [(g.name, str([1] * g.world_size)) for g in TRAINED_GROUPS if self.trained]
+        pools = "".join(
+            f"[pools.{pool}]\nprocess_on_nodes = {layout}\nresource_timeout_s = {self.resource_timeout_s}\nprogress_interval_s = {self.progress_interval_s}\n"
+            for pool, layout in layouts
+        )
+        trained = "".join(self._trained_group(g, group) for g in TRAINED_GROUPS if self.trained)
         return (
             f'[supervisor]\nname = "{name}"\nheartbeat_interval_s = {self.heartbeat_interval_s}\norphan_grace_s = {self.orphan_grace_s}\n'
             f'[ray]\npython_path = ["{REPO}"]\n'
             + pools
-            + f'[groups.rollout]\npool = "rollout"\nclass = "examples.rlhf.workers:RolloutWorker"\n{group}'
-            + f'[groups.reference]\npool = "reference"\nclass = "examples.rlhf.workers:ReferenceWorker"\n{group}'
+            + f'[groups.rollout]\npool = "rollout"\nclass = "examples.rlhf.workers:RolloutWorker"\n{lm}{group}'
+            + f'[groups.reference]\npool = "reference"\nclass = "examples.rlhf.workers:ReferenceWorker"\n{lm}{group}'
+            + trained
             + "[metrics]\nport = 0\nlinger_s = 0\n"
-            + '[driver]\nfunction = "examples.rlhf.driver:main"\n'
+            + '[driver]\nfunction = "chaos.driver:main"\n'
             + f"[driver.args]\nsteps = {self.steps}\nbatch_size = {self.batch_size}\nstep_interval_s = {self.step_interval_s}\n"
             + f"target_token = {self.target_token}\n"
         )
+
+    def _trained_group(self, g: TrainedGroup, common: str) -> str:
+        kwargs = ", ".join(f"{k} = {_toml_value(v)}" for k, v in g.kwargs.items())
+        state = (
+            f'state = "{g.state.value}"\nsnapshot_every = 1\nsnapshot_memory_mb = {self.snapshot_memory_mb}\n'
+        )
+        if self.disk_dir:
+            state += (
+                f"disk_dir = {_toml_value(self.disk_dir)}\ndisk_snapshot_every = {self.disk_snapshot_every}\n"
+            )
+        return f'[groups.{g.name}]\npool = "{g.name}"\nclass = "{g.cls}"\nkwargs = {{ {kwargs} }}\n{common}{state}'
 
 
 class Daemon:

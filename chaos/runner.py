@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .harness import ChaosCluster, Daemon, JobOptions, stop_everything, wait_nothing_left
-from .invariants import account_steps, check_nothing_left, check_steps
+from .harness import TRAINED_GROUPS, ChaosCluster, Daemon, JobOptions, stop_everything, wait_nothing_left
+from .invariants import account_steps, check_nothing_left, check_state_intact, check_steps, final_state
+from .reference import ReferenceRun, reference_run
 from .report import Report, Stats
 
 __all__ = ["Context", "Scenario", "run_scenario"]
@@ -37,6 +38,8 @@ class Context:
 
     def start(self, options: JobOptions) -> Daemon:
         """Start a daemon of the example job (a spec written once per run; a restart reuses it)."""
+        if options.trained:
+            self.reference()  # its processes import torch and join their collectives meanwhile
         spec = self.workdir / f"{self.name}.toml"
         if not spec.exists():
             self.fault_dir.mkdir(parents=True, exist_ok=True)
@@ -73,10 +76,41 @@ class Context:
             self.report.items_checked += account.items
             self.report.items_lost += account.lost
             self.report.items_duplicated += account.duplicated
+            if account.rollbacks:
+                key = "rollbacks (the driver replayed from a snapshot)"
+                self.report.notes[key] = self.report.notes.get(key, 0) + account.rollbacks
             prefix = f"run {index}: " if per_daemon else ""
             self.report.violations += [prefix + v for v in check_steps(account, min_steps if not per_daemon else 0, allow_reruns)]
         if per_daemon and self.report.steps_run < min_steps:
             self.violation(f"only {self.report.steps_run} step(s) completed over all runs, expected at least {min_steps}")
+
+    def reference(self) -> ReferenceRun:
+        """The fault-free reference run of the job's trained groups (one per chaos invocation)."""
+        return reference_run(g.recipe() for g in TRAINED_GROUPS)
+
+    def check_state_intact(self, per_daemon: bool = False) -> None:
+        """The trained state the job ended with is a fault-free run's at the same step, bit for bit, on
+        every rank; each rank's step counter is the number of steps the job ran. ``per_daemon``: every
+        daemon ran a job of its own; else the last daemon's end is the job's (an earlier one was
+        killed, or superseded, before its end)."""
+        runs = [d.events() for d in self.daemons] if per_daemon else [self.daemons[-1].events() if self.daemons else []]
+        checked, at_steps = 0, []
+        for index, events in enumerate(runs):
+            final = final_state(events)
+            prefix = f"run {index}: " if per_daemon else ""
+            if final is None:
+                if not per_daemon:
+                    self.violation("state: the job logged no trained state at its end (rlhf_done or chaos_trained_state)")
+                continue
+            reference = self.reference().digests([final.steps])
+            expected = {group: by_step[final.steps] for group, by_step in reference.items()}
+            self.report.violations += [f"{prefix}state: {v}" for v in check_state_intact(final, expected)]
+            checked += sum(len(ranks) for ranks in final.groups.values())
+            at_steps.append(final.steps)
+        self.report.notes["trained ranks checked against a fault-free run"] = checked
+        self.report.notes["trained state checked at step(s)"] = at_steps
+        if per_daemon and not checked:
+            self.violation("state: no run logged a trained state at its end")
 
     def check_torn_down(self) -> None:
         pgs, actors, record = wait_nothing_left(self.name)

@@ -35,6 +35,11 @@ class Fence(Protocol):
 
     def remove_placement_groups(self, pgs: Sequence[Any]) -> None: ...
 
+    def check(self) -> None:
+        """Raise :class:`~supervisor.errors.SupersededError` unless the caller still owns the job: before
+        an act that changes trained state (a stateful group's call, a snapshot, a restore)."""
+        ...
+
 
 class Unfenced:
     """Destroys directly: the library used without a daemon, where the caller's process is the owner."""
@@ -47,6 +52,9 @@ class Unfenced:
                 ray.kill(actor, no_restart=True)
             except Exception as exc:  # already dead, or the cluster is gone
                 log.debug("actor_kill_failed", actor=str(actor), error=str(exc))
+
+    def check(self) -> None:
+        """The caller always owns what it made."""
 
     def remove_placement_groups(self, pgs: Sequence[Any]) -> None:
         from ray.util import remove_placement_group

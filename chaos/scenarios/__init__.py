@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..runner import Scenario
 from . import (
     actor_kill,
+    copies_loss,
     crash_loop,
     detach_gc,
     hang,
@@ -12,6 +13,7 @@ from . import (
     node_loss,
     pause,
     slow_stop,
+    snapshot_kill,
     starvation,
     supervisor_kill,
     teardown,
@@ -27,5 +29,5 @@ SCENARIOS: dict[str, Scenario] = {
         module.PROFILES,
         module.TIME_LIMIT_S,
     )
-    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown, pause, kill_during_recovery, detach_gc, slow_stop)
+    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown, pause, kill_during_recovery, detach_gc, slow_stop, snapshot_kill, copies_loss)
 }

@@ -60,6 +60,7 @@ def run(ctx: Context, p: Params) -> None:
     if code != 0:
         ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
     ctx.check_steps_and_items(min_steps=3)
+    ctx.check_state_intact()
     ctx.check_torn_down()
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..faults import group_sizes, rank_restarts, stop_daemon
-from ..harness import JobOptions, wait_until
+from ..harness import TRAINED_GROUPS, JobOptions, wait_until
 from ..invariants import check_restarts
 from ..report import Stats
 from ..runner import Context
@@ -51,14 +51,27 @@ def run(ctx: Context, p: Params) -> None:
         recovery.append(_timestamp(recovered) - hung_at)
         ctx.report.faults_recovered += 1
         daemon.wait_steps(daemon.steps_done() + 1)
-    ctx.report.violations += check_restarts(hangs, rank_restarts(daemon.record()))
+    ctx.report.violations += _check_hang_restarts(hangs, rank_restarts(daemon.record()))
     ctx.report.detection, ctx.report.recovery = Stats.of(detection), Stats.of(recovery)
     ctx.report.notes["times measured from"] = f"the hang marker (the next call hangs; call_timeout_s = {CALL_TIMEOUT_S:g})"
     code = stop_daemon(daemon, ctx.cluster.address)
     if code != 0:
         ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
     ctx.check_steps_and_items(min_steps=2)
+    ctx.check_state_intact()
     ctx.check_torn_down()
+
+
+def _check_hang_restarts(hangs: Counter[tuple[str, int]], restarts: dict[tuple[str, int], int]) -> list[str]:
+    """Each hung rank restarted once per hang. The peers of a rank hung in a collective (a trained
+    group's step) wait for it inside the collective and time out with it: they may be restarted too,
+    at most once per hang of their group."""
+    trained = {g.name for g in TRAINED_GROUPS}
+    hung_in = Counter(group for group, _ in hangs.elements())
+    peers = {k for k in restarts if k[0] in trained and k not in hangs and hung_in[k[0]]}
+    problems = check_restarts(hangs, {k: n for k, n in restarts.items() if k not in peers})
+    problems += [f"{g} rank {r}: {restarts[(g, r)]} restart(s) for {hung_in[g]} hang(s) of a peer" for g, r in sorted(peers) if restarts[(g, r)] > hung_in[g]]
+    return problems
 
 
 def _event(daemon, seen: int, kind: str, group: str, rank: int) -> dict | None:

@@ -71,6 +71,7 @@ def run(ctx: Context, p: Params) -> None:
     ctx.report.recovery = Stats.of(stops)
     ctx.report.notes["recovery measures"] = "`supervisor stop` asked -> it returned (the shutdown method takes 10 s)"
     ctx.check_steps_and_items(min_steps=1, per_daemon=True)
+    ctx.check_state_intact(per_daemon=True)
 
 
 PROFILES = {"quick": Params(rounds=1), "full": Params(rounds=3)}

@@ -59,6 +59,7 @@ def run(ctx: Context, p: Params) -> None:
     ctx.report.recovery = Stats.of(teardown)
     ctx.report.notes["recovery measures"] = "end requested (signal, or driver end) -> daemon exited, torn down"
     ctx.check_steps_and_items(min_steps=1, per_daemon=True)
+    ctx.check_state_intact(per_daemon=True)
 
 
 # Quick: one cycle (SIGTERM), for CI's time limit: SIGINT and the driver's own endings (an exception, a

@@ -25,7 +25,7 @@ makes the worker bit-identical to the one that produced the state.
 torch is imported inside the methods, not at module import: the constructor stays cheap and the import
 is paid in ``init_model``, under the spec's init timeout. The chaos suite's fault hooks of
 :mod:`.workers` apply (``hang``/``crashloop`` at ``train_step``, ``slowstart``, ``slowinit``,
-``slowstop``).
+``slowstop``), and ``slowsnapshot`` holds a rank inside its next state copy (a snapshot's).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from supervisor import Dispatch, Worker, register
 from supervisor.core.state_tree import host_copy, state_digest, state_nbytes
 
-from .workers import _fault_delay, _fault_in_call, item_seed
+from .workers import FAULT_DIR_ENV, _fault_delay, _fault_in_call, item_seed
 
 if TYPE_CHECKING:
     import torch
@@ -132,6 +132,28 @@ def make_batch(in_dim: int, out_dim: int, batch_size: int, data_seed: int, step:
     gen = torch.Generator().manual_seed(item_seed(data_seed, step, rank))
     x = torch.randn(batch_size, in_dim, generator=gen)
     return x, torch.sin(x @ w)
+
+
+def _fault_hold_state_copy(rank: int, step: int) -> None:
+    """Chaos hook: with a ``slowsnapshot-<group>-<rank>`` marker (consumed) the next state copy of the
+    rank (a snapshot's, during a run) first writes ``insnapshot-<group>-<rank>`` holding the state's
+    step, then takes the seconds the marker holds: the suite kills the rank inside its snapshot."""
+    directory = os.environ.get(FAULT_DIR_ENV)
+    if not directory:
+        return
+    prefix = os.environ.get("WG_PREFIX", "").rstrip("_")
+    marker = os.path.join(directory, f"slowsnapshot-{prefix}-{rank}")
+    try:
+        with open(marker) as f:
+            seconds = float(f.read().strip() or 0)
+        os.remove(marker)
+    except (FileNotFoundError, ValueError):
+        return
+    import time
+
+    with open(os.path.join(directory, f"insnapshot-{prefix}-{rank}"), "w") as f:
+        f.write(str(step))
+    time.sleep(seconds)
 
 
 # -- workers -----------------------------------------------------------------------------------
@@ -238,6 +260,20 @@ class _TrainingWorker(Worker):
         self.step = 0
         return {"rank": self.rank, "step": self.step, "digest": state_digest(self.state_dict())}
 
+    def build_in_process_group(self) -> None:
+        """Build the model and optimizer from scratch in the process group this process is already in.
+
+        For a trainer that forms the collective itself instead of :meth:`init_model` (Ray Train in
+        ``bench/state_goodput.py``): the same model, optimizer and steps, so its states compare by digest.
+        """
+        import torch
+
+        torch.set_num_threads(1)  # as init_model: determinism, and few cores
+        model = build_mlp(self.in_dim, self.hidden, self.out_dim, self.seed, self.pad_mb)
+        self._forward, self._optimizer = self._build(model)
+        self._model = model
+        self.step = 0
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def shutdown(self) -> None:
         """Leave the process group and drop the model (harmless when repeated or before init)."""
@@ -295,6 +331,7 @@ class _TrainingWorker(Worker):
         """
         self._require()
         assert self._model is not None
+        _fault_hold_state_copy(self.rank, self.step)
         return {"step": self.step, "model": self._model.state_dict(), "optim": self._state_optimizer().state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, SupervisorError
-from .state_tree import host_copy, state_digest, state_nbytes
+from .state_tree import TensorSlot, host_copy, join_tensors, split_tensors, state_digest, state_nbytes
 
 __all__ = [
     "StateMismatchError",
@@ -34,6 +35,8 @@ __all__ = [
 
 # Written last into a rank's disk snapshot directory: the snapshot is complete once it exists.
 DISK_MARKER = "SUPERVISOR_SNAPSHOT.json"
+# The state's containers and plain values, with a slot where each tensor was (the tensors are DCP's).
+SKELETON_FILE = "skeleton.pkl"
 
 
 class StateMismatchError(SupervisorError):
@@ -89,7 +92,10 @@ def _save_disk(disk_dir: str, group: str, step: int, rank: int, state: Any, dige
 
     path = disk_shard_path(disk_dir, group, step, rank)
     os.makedirs(path, exist_ok=True)
-    dcp.save(state, checkpoint_id=path, no_dist=True)  # each rank its own directory: no collective
+    tensors, skeleton = split_tensors(state)
+    dcp.save(tensors, checkpoint_id=path, no_dist=True)  # each rank its own directory: no collective
+    with open(os.path.join(path, SKELETON_FILE), "wb") as f:
+        pickle.dump(skeleton, f)
     tmp = os.path.join(path, DISK_MARKER + ".tmp")
     with open(tmp, "w") as f:
         json.dump({"step": step, "rank": rank, "digest": digest, "nbytes": nbytes}, f)
@@ -145,14 +151,33 @@ def load_state(worker: Any, state: Any, digest: str) -> dict[str, Any]:
 
 
 def load_disk_state(worker: Any, disk_dir: str, group: str, step: int, rank: int, digest: str) -> dict[str, Any]:
-    """Load a disk snapshot (``rank``'s directory of ``step``) into the worker, into a template of its
-    current state (torch.distributed.checkpoint loads in place), then check the digest."""
+    """Load a disk snapshot (``rank``'s directory of ``step``) into the worker, then check the digest.
+
+    The state is rebuilt from the skeleton saved beside the tensors, not from the worker's current
+    state: a freshly initialised rank has no optimizer state yet to load into.
+    """
+    import torch
     import torch.distributed.checkpoint as dcp
 
     _contract(worker)
-    template = host_copy(worker.state_dict())
-    dcp.load(template, checkpoint_id=disk_shard_path(disk_dir, group, step, rank), no_dist=True)
-    return load_state(worker, template, digest)
+    path = disk_shard_path(disk_dir, group, step, rank)
+    with open(os.path.join(path, SKELETON_FILE), "rb") as f:
+        skeleton = pickle.load(f)  # written by this job's own ranks (see _save_disk)
+    tensors: dict[str, Any] = {}
+
+    def slots(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                slots(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                slots(v)
+        elif isinstance(value, TensorSlot):
+            tensors[value.key] = torch.empty(value.shape, dtype=value.dtype)
+
+    slots(skeleton)
+    dcp.load(tensors, checkpoint_id=path, no_dist=True)  # loads in place into the templates
+    return load_state(worker, join_tensors(skeleton, tensors), digest)
 
 
 def state_info(worker: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["host_copy", "state_digest", "state_nbytes"]
+__all__ = ["host_copy", "state_digest", "state_nbytes", "TensorSlot", "split_tensors", "join_tensors"]
 
 
 def _is_tensor(value: Any) -> bool:
@@ -74,3 +74,49 @@ def state_nbytes(state: Any) -> int:
         elif hasattr(value, "nbytes") and hasattr(value, "dtype"):
             total += int(value.nbytes)
     return total
+
+
+class TensorSlot:
+    """Where a tensor was in a state split by :func:`split_tensors`: its key, shape and dtype."""
+
+    __slots__ = ("key", "shape", "dtype")
+
+    def __init__(self, key: str, shape: tuple[int, ...], dtype: Any) -> None:
+        self.key, self.shape, self.dtype = key, shape, dtype
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TensorSlot, (self.key, self.shape, self.dtype))
+
+
+def split_tensors(state: Any) -> tuple[dict[str, Any], Any]:
+    """The state's tensors under flat string keys, and its skeleton: the state with each tensor
+    replaced by its :class:`TensorSlot` (every container and plain value kept as it was, int keys
+    included). ``torch.distributed.checkpoint`` stores the first; it would turn an optimizer
+    state's int keys into strings, and cannot load into an empty state, so the skeleton goes beside."""
+    tensors: dict[str, Any] = {}
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            items = [walk(v) for v in value]
+            return type(value)(items) if isinstance(value, list) or type(value) is tuple else type(value)(*items)
+        if _is_tensor(value):
+            key = str(len(tensors))
+            tensors[key] = value
+            return TensorSlot(key, tuple(value.shape), value.dtype)
+        return value
+
+    return tensors, walk(state)
+
+
+def join_tensors(skeleton: Any, tensors: dict[str, Any]) -> Any:
+    """The state :func:`split_tensors` split (``tensors`` may be freshly loaded copies)."""
+    if isinstance(skeleton, dict):
+        return {k: join_tensors(v, tensors) for k, v in skeleton.items()}
+    if isinstance(skeleton, list | tuple):
+        items = [join_tensors(v, tensors) for v in skeleton]
+        return type(skeleton)(items) if isinstance(skeleton, list) or type(skeleton) is tuple else type(skeleton)(*items)
+    if isinstance(skeleton, TensorSlot):
+        return tensors[skeleton.key]
+    return skeleton

@@ -18,6 +18,7 @@ from ..placement.cluster_state import read_snapshot
 from ..placement.layout import BundleRef
 from ..placement.pool import ResourcePool
 from ..state.domain import StateDomain
+from ..state.keeper import keeper_name
 from ..supervision import GroupSupervisor
 from ..supervision.lifecycle import adopt_group, create_group, init_group
 from ..supervision.restart_policy import FailureReason, RestartRecord
@@ -108,7 +109,11 @@ class JobStarter:
         # Reconcile with what an earlier incarnation left: keep what the spec still describes.
         pg_names, actors = self._expected()
         owned = find_owned(self.spec.name)
-        stale = Owned({n: i for n, i in owned.placement_groups.items() if n not in pg_names}, [a for a in owned.actors if a not in actors])
+        # The snapshot keepers hold what the stateful groups are restored from after this restart.
+        stateful = any(g.state.stateful for g in self.spec.groups.values())
+        keeper = keeper_name(f"{self.spec.name}.", "")
+        stale_actors = [a for a in owned.actors if a not in actors and not (stateful and a.startswith(keeper))]
+        stale = Owned({n: i for n, i in owned.placement_groups.items() if n not in pg_names}, stale_actors)
         if stale:
             log.info("removing_stale_resources", supervisor=self.spec.name, placement_groups=sorted(stale.placement_groups), actors=stale.actors)
             assert self.job.fence is not None
@@ -186,6 +191,8 @@ class JobStarter:
                 same.master_port if same else None, spec.env, spec.actor_start_timeout_s, job.hooks, placement,
             )  # fmt: skip
             to_init = _ranks_to_init(group, same, new_ranks)
+            if spec.state.stateful and 0 < len(to_init) < group.world_size:
+                to_init = _reform(group)
         else:
             group = create_group(
                 pool, cls_with_init, name_prefix=prefix, detached=True, worker_env=spec.env, namespace=self.spec.namespace,
@@ -302,6 +309,16 @@ def _ranks_to_init(group: WorkerGroup, earlier: GroupRecord | None, new_ranks: l
         adopted = sorted(set(range(1, group.world_size)) - set(new_ranks))
         for rank in group.propagate_rendezvous(adopted):
             log.warning("adopted_worker_replaced", group=group.name, rank=rank, reason="did not take the recorded rendezvous")
+    return list(range(group.world_size))
+
+
+def _reform(group: WorkerGroup) -> list[int]:
+    """Every rank of a stateful group, on a rendezvous none of them has used: the group is one
+    collective, and a rank whose init the earlier daemon did not see finish (it died re-forming the
+    group) may hold its peers in a collective that will never complete. Rank 0 lives on and picks it."""
+    group._pick_new_rendezvous(rank_zero=group.workers[0])
+    for rank in group.propagate_rendezvous(list(range(group.world_size))):
+        log.warning("adopted_worker_replaced", group=group.name, rank=rank, reason="did not take the new rendezvous")
     return list(range(group.world_size))
 
 

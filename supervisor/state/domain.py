@@ -140,6 +140,7 @@ class StateDomain:
         from ..observability.hooks import default_hooks
 
         self.keepers = KeeperSet(prefix, namespace, fence)
+        self.fence = fence
         self.hooks = hooks if hooks is not None else default_hooks()
         self.clock = clock
         self._members: dict[str, _Member] = {}
@@ -193,8 +194,14 @@ class StateDomain:
     # -- the driver's side ----------------------------------------------------------------------
     @contextlib.contextmanager
     def calls(self) -> Iterator[None]:
-        """Around a stateful group's call submission: raises the pending rollback (once)."""
+        """Around a stateful group's call submission: raises the pending rollback (once).
+
+        Raises:
+            SupersededError: another daemon owns the job now (this one was paused and taken over):
+                a call from here would apply a step its driver already replays.
+        """
         with self._lock:
+            self.fence.check()
             self.raise_pending()
             yield
 
@@ -255,6 +262,7 @@ class StateDomain:
         disk = cfg.disk_due(step) if disk is None else disk
         disk_dir = cfg.disk_dir if disk else None
         with self._lock:
+            self.fence.check()  # a superseded daemon's snapshot would overwrite its successor's
             self.raise_pending()
             ranks = snapshot_ranks(cfg.kind, group.world_size)
             # Every replica takes part, keeping only a digest: a replica that drifted from rank 0 shows.
@@ -415,6 +423,7 @@ class StateDomain:
         import ray
 
         peer, state_ref, digest_ref = captured
+        self.fence.check()  # the ranks belong to whoever owns the job now
         started = time.perf_counter()
         try:
             ray.get([group.workers[r]._supervisor_load_state.remote(state_ref, digest_ref) for r in ranks], timeout=LOAD_TIMEOUT_S)
@@ -437,6 +446,7 @@ class StateDomain:
         import ray
 
         with self._lock:
+            self.fence.check()  # a superseded daemon's rollback would load old state into its successor's ranks
             copies, alive = self.copies()
             target = plan_rollback(copies, alive)
             if target is None:
@@ -464,6 +474,7 @@ class StateDomain:
         """On a daemon's restart: take every stateful group to the newest complete step (their live
         state may be a step past the progress the driver saved). None when there is no snapshot yet."""
         with self._lock:
+            self.keepers.ensure(_alive_nodes())  # adopts the earlier incarnation's keepers by name: the inventory asks only known ones
             copies, alive = self.copies()
             if not any(c.copies for c in copies.values()):
                 return None
