@@ -34,6 +34,8 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         recovery,
         scale,
         standby_recovery,
+        state_cost,
+        state_goodput,
     )
 
     return {
@@ -54,6 +56,8 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             window_s=15 if quick else 60, cycles=1 if quick else 8, warmup_s=5 if quick else 20, settle_s=2 if quick else 20
         ),
         "kill_cost": lambda: kill_cost.run(kills=2 if quick else 8, warmup_s=5 if quick else 20, settle_s=2 if quick else 20),
+        "state_cost": lambda: state_cost.run(blocks=4 if quick else 12, block_steps=5 if quick else 10, kills=1 if quick else 6),
+        "state_goodput": lambda: state_goodput.run(**state_goodput.settings(quick)),
     }
 
 
@@ -65,6 +69,8 @@ SECTIONS: dict[str, tuple[str, str | None, str]] = {
     "goodput_goal": ("Goodput: the goal alone, many times over", None, ""),
     "kill_cost": ("What one kill costs, and where", None, ""),
     "daemon_scale": ("The daemon at 1,024 ranks", None, ""),
+    "state_cost": ("What keeping state costs: snapshots, a peer restore, a rollback", None, ""),
+    "state_goodput": ("Goodput of a stateful training loop: state recovery, checkpoint-restart, Ray Train", None, ""),
 }
 
 

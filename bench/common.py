@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import statistics
 import subprocess
@@ -67,7 +68,11 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
-        return self.ours.median / self.ref.median if self.ref else None
+        if not self.ref:
+            return None
+        if self.ref.median == 0:  # a reference that did nothing (e.g. a goodput of 0): any progress is infinitely more
+            return math.inf if self.ours.median > 0 else None
+        return self.ours.median / self.ref.median
 
     @property
     def met(self) -> bool | None:
