@@ -125,6 +125,9 @@ def test_report_is_ok_only_without_violations_losses_or_leaks(tmp_path):
         assert not Report("x", "quick", 0, 0.0, **broken).ok
 
 
+LIFECYCLE_ONLY_IN_QUICK = ("starvation", "teardown", "slow-stop", "detach-gc")
+
+
 @pytest.mark.timeout(1500)
 def test_every_scenario_holds_its_invariants_in_the_quick_profile(tmp_path):
     """``python -m chaos all --quick``: actor kills, a node loss, daemon kills, a hang, a crash loop,
@@ -150,5 +153,7 @@ def test_every_scenario_holds_its_invariants_in_the_quick_profile(tmp_path):
     for name, report in reports.items():
         assert report["ok"] and report["faults_recovered"] >= 1 and report["items_lost"] == report["items_duplicated"] == 0, name
         assert not report["leaked"], name
-        if not name.startswith("crash-loop"):  # its jobs fail by design: no state at their end
+        # crash-loop's jobs fail by design (no state at their end); the daemon-lifecycle scenarios run
+        # without the trained groups in the quick profile (CI's time), with them in the full one.
+        if name.removesuffix("-quick") not in ("crash-loop", *LIFECYCLE_ONLY_IN_QUICK):
             assert report["notes"]["trained ranks checked against a fault-free run"] >= 4, name

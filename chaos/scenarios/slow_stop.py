@@ -19,6 +19,7 @@ SHUTDOWN_S = 10.0
 @dataclass(frozen=True)
 class Params:
     rounds: int
+    trained: bool = True  # the job's trained groups (their state checked at each end)
 
 
 def run(ctx: Context, p: Params) -> None:
@@ -26,7 +27,7 @@ def run(ctx: Context, p: Params) -> None:
     for i in range(p.rounds):
         if not ctx.time_left():
             break
-        options = JobOptions()
+        options = JobOptions(trained=p.trained)
         daemon = ctx.start(options)
         daemon.wait_running()
         daemon.wait_steps(1)
@@ -71,8 +72,9 @@ def run(ctx: Context, p: Params) -> None:
     ctx.report.recovery = Stats.of(stops)
     ctx.report.notes["recovery measures"] = "`supervisor stop` asked -> it returned (the shutdown method takes 10 s)"
     ctx.check_steps_and_items(min_steps=1, per_daemon=True)
-    ctx.check_state_intact(per_daemon=True)
+    if p.trained:
+        ctx.check_state_intact(per_daemon=True)
 
 
-PROFILES = {"quick": Params(rounds=1), "full": Params(rounds=3)}
+PROFILES = {"quick": Params(rounds=1, trained=False), "full": Params(rounds=3)}
 TIME_LIMIT_S = {"quick": 180.0, "full": 600.0}
