@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, SupervisorError
-from .state_tree import TensorSlot, host_copy, join_tensors, split_tensors, state_digest, state_nbytes
+from .state_tree import empty_tensors, host_copy, join_tensors, split_tensors, state_digest, state_nbytes
 
 __all__ = [
     "StateMismatchError",
@@ -156,26 +156,13 @@ def load_disk_state(worker: Any, disk_dir: str, group: str, step: int, rank: int
     The state is rebuilt from the skeleton saved beside the tensors, not from the worker's current
     state: a freshly initialised rank has no optimizer state yet to load into.
     """
-    import torch
     import torch.distributed.checkpoint as dcp
 
     _contract(worker)
     path = disk_shard_path(disk_dir, group, step, rank)
     with open(os.path.join(path, SKELETON_FILE), "rb") as f:
         skeleton = pickle.load(f)  # written by this job's own ranks (see _save_disk)
-    tensors: dict[str, Any] = {}
-
-    def slots(value: Any) -> None:
-        if isinstance(value, dict):
-            for v in value.values():
-                slots(v)
-        elif isinstance(value, list | tuple):
-            for v in value:
-                slots(v)
-        elif isinstance(value, TensorSlot):
-            tensors[value.key] = torch.empty(value.shape, dtype=value.dtype)
-
-    slots(skeleton)
+    tensors = empty_tensors(skeleton)
     dcp.load(tensors, checkpoint_id=path, no_dist=True)  # loads in place into the templates
     return load_state(worker, join_tensors(skeleton, tensors), digest)
 

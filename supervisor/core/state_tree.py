@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["host_copy", "state_digest", "state_nbytes", "TensorSlot", "split_tensors", "join_tensors"]
+__all__ = ["host_copy", "state_digest", "state_nbytes", "TensorSlot", "split_tensors", "join_tensors", "empty_tensors"]
 
 
 def _is_tensor(value: Any) -> bool:
@@ -120,3 +120,24 @@ def join_tensors(skeleton: Any, tensors: dict[str, Any]) -> Any:
     if isinstance(skeleton, TensorSlot):
         return tensors[skeleton.key]
     return skeleton
+
+
+def empty_tensors(skeleton: Any) -> dict[str, Any]:
+    """A tensor of the right shape and dtype for every slot of ``skeleton``, under its key: what
+    ``torch.distributed.checkpoint`` loads into, in place."""
+    import torch
+
+    tensors: dict[str, Any] = {}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v)
+        elif isinstance(value, TensorSlot):
+            tensors[value.key] = torch.empty(value.shape, dtype=value.dtype)
+
+    walk(skeleton)
+    return tensors
