@@ -240,6 +240,19 @@ class Daemon:
                     pass
         return out
 
+    def log_ending(self) -> str:
+        """Why the daemon ended, on one line: the last error it logged and the last line of a traceback.
+        A report keeps only the first line of an abort, and the tail of a JSON log starts mid-event."""
+        errors = [e for e in self.events() if e.get("level") in ("error", "critical")]
+        plain = [line for line in self.log_path.read_text().splitlines() if line.strip() and not line.startswith("{")]
+        parts = []
+        if errors:
+            last = errors[-1]
+            parts.append(" ".join(f"{k}={last[k]}" for k in ("event", "error", "reason", "group", "rank") if k in last))
+        if plain:
+            parts.append(plain[-1].strip())
+        return " | ".join(parts) or "its log has no error and no traceback"
+
     def record(self) -> Any:
         from supervisor.daemon.record import RecordStore
 
@@ -250,7 +263,7 @@ class Daemon:
 
         def running() -> Any:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon {self.name} exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"daemon {self.name} exited with {self.proc.returncode}: {self.log_ending()}")
             record = self.record()
             return record if record is not None and record.state == "running" and record.pid == self.proc.pid else None
 
@@ -262,7 +275,7 @@ class Daemon:
     def wait_steps(self, n: int, timeout_s: float = 120.0) -> None:
         def done() -> bool:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon {self.name} exited with {self.proc.returncode} before {n} steps: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"daemon {self.name} exited with {self.proc.returncode} before {n} steps: {self.log_ending()}")
             return self.steps_done() >= n
 
         wait_until(done, timeout_s, f"{n} steps of {self.name}", 0.2)

@@ -26,7 +26,7 @@ from supervisor import (
     init_group,
 )
 from supervisor.core.state_tree import state_digest
-from supervisor.errors import GroupFailedError, RolledBack
+from supervisor.errors import GroupFailedError, RolledBack, StateLostError
 from supervisor.observability.metrics import REGISTRY
 from supervisor.state import StateConfig, StateDomain, StateKind
 from supervisor.state.keeper import keeper_name
@@ -267,6 +267,27 @@ def test_a_rollback_takes_every_stateful_group_of_the_domain_back(ray_cluster, n
         assert raised.value.step == 2 and set(raised.value.groups) == {actor[1].name, critic[1].name}
         assert _digests(actor[1]) == _expected(actor[1], 2, shared=False)
         assert _digests(critic[1]) == _expected(critic[1], 2, shared=True)
+    finally:
+        for parts in (actor, critic):
+            _teardown(*parts)
+        domain.close()
+
+
+def test_a_restarted_daemon_keeps_live_state_when_it_died_inside_the_first_step_boundary(ray_cluster, no_leaks):
+    """The groups snapshot in turn: a daemon killed between the first group's first snapshot and the
+    second's leaves no step complete in both. Nothing has stepped yet, so the restart keeps the live
+    state; a group that the earlier daemon had recorded as snapshotted and that has no copy now has
+    lost them, and that is an error naming it, never a quiet restart from live state."""
+    domain = StateDomain("state-test-first-", "state-test")
+    actor = _supervised(StateKind.SHARDED, shared=False, domain=domain, snapshot_every=1)
+    critic = _supervised(StateKind.REPLICATED, shared=True, domain=domain, snapshot_every=1)
+    try:
+        domain.snapshot(actor[1], 0)
+        domain.wait_snapshots(actor[1])
+        assert domain.restore_all("the daemon re-adopted the job") is None
+        assert _digests(actor[1]) == _expected(actor[1], 0, shared=False)
+        with pytest.raises(StateLostError, match=f"{critic[1].name} .*no complete snapshot"):
+            domain.restore_all("the daemon re-adopted the job", snapshotted_before=[critic[1].name])
     finally:
         for parts in (actor, critic):
             _teardown(*parts)

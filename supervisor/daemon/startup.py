@@ -20,7 +20,7 @@ from ..placement.pool import ResourcePool
 from ..state.domain import StateDomain
 from ..state.keeper import keeper_name
 from ..supervision import GroupSupervisor
-from ..supervision.lifecycle import adopt_group, create_group, init_group
+from ..supervision.lifecycle import adopt_group, create_group, init_group, replace_ranks
 from ..supervision.restart_policy import FailureReason, RestartRecord
 from ..supervision.states import WorkerState
 from .driver import DriverContext, DriverRun
@@ -191,7 +191,10 @@ class JobStarter:
                 same.master_port if same else None, spec.env, spec.actor_start_timeout_s, job.hooks, placement,
             )  # fmt: skip
             to_init = _ranks_to_init(group, same, new_ranks)
-            if spec.state.stateful and 0 < len(to_init) < group.world_size:
+            if spec.state.stateful and to_init:
+                interrupted = _interrupted_ranks(same, new_ranks)
+                if interrupted:
+                    replace_ranks(group, interrupted, FailureReason.INIT_FAILED.value, spec.actor_start_timeout_s, job.hooks)
                 to_init = _reform(group)
         else:
             group = create_group(
@@ -253,9 +256,10 @@ class JobStarter:
             return None
         if not self.job.adopting:
             return 0
-        rollback = domain.restore_all("the daemon re-adopted the job")
+        previous = self.job.previous
+        snapshotted = [n for n, g in (previous.groups.items() if previous else []) if g.training_state and g.training_state.last_snapshot_step is not None]
+        rollback = domain.restore_all("the daemon re-adopted the job", snapshotted)
         if rollback is None:
-            log.warning("state_not_restored", reason="no snapshot yet: the stateful groups keep their live state")
             return None
         log.info("state_restored_on_adoption", step=rollback.step, medium=rollback.medium.value, groups=list(rollback.groups))
         return rollback.step
@@ -310,6 +314,18 @@ def _ranks_to_init(group: WorkerGroup, earlier: GroupRecord | None, new_ranks: l
         for rank in group.propagate_rendezvous(adopted):
             log.warning("adopted_worker_replaced", group=group.name, rank=rank, reason="did not take the recorded rendezvous")
     return list(range(group.world_size))
+
+
+def _interrupted_ranks(earlier: GroupRecord | None, new_ranks: list[int]) -> list[int]:
+    """Adopted ranks of a stateful group that the earlier incarnation was re-initialising when it died.
+
+    Its init call may still be running in them, on its rendezvous, and would pair with this daemon's
+    init of their peers: measured in chaos kill-during-recovery, two to three minutes of store and
+    collective timeouts before the group formed. They get fresh actors; their state comes back from
+    the snapshot as the rest of the group's does."""
+    if earlier is None:
+        return []
+    return sorted({r.rank for r in earlier.ranks if r.state is not WorkerState.RUNNING} - set(new_ranks))
 
 
 def _reform(group: WorkerGroup) -> list[int]:

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -470,13 +470,19 @@ class StateDomain:
         self.hooks.on_rolled_back(group.name, rollback.groups, target.step, target.medium.value, seconds, cause)
         return rollback
 
-    def restore_all(self, cause: str) -> Rollback | None:
+    def restore_all(self, cause: str, snapshotted_before: Collection[str] = ()) -> Rollback | None:
         """On a daemon's restart: take every stateful group to the newest complete step (their live
-        state may be a step past the progress the driver saved). None when there is no snapshot yet."""
+        state may be a step past the progress the driver saved). None, the live state kept, while a
+        group has no complete snapshot yet: the earlier daemon died at the job's first step boundary,
+        before any group had stepped (the groups snapshot in turn, so one may have its first and
+        another not). ``snapshotted_before``: groups the earlier daemon recorded a complete snapshot
+        of; one of them without a snapshot now has lost its copies, which is a loss, never kept quietly."""
         with self._lock:
             self.keepers.ensure(_alive_nodes())  # adopts the earlier incarnation's keepers by name: the inventory asks only known ones
             copies, alive = self.copies()
-            if not any(c.copies for c in copies.values()):
+            unsnapshotted = sorted(n for n in self._members if latest_complete(copies[n], alive) is None)
+            if unsnapshotted and not set(unsnapshotted) & set(snapshotted_before):
+                log.warning("state_not_restored", groups=unsnapshotted, reason="no complete snapshot yet: the live state is kept")
                 return None
             anyone = next(iter(self._members.values()))
             rollback = self.roll_back(anyone.group, cause)

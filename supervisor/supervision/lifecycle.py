@@ -237,6 +237,19 @@ def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float) -> tu
     return nodes, problems
 
 
+def replace_ranks(group: WorkerGroup, ranks: list[int], reason: str, actor_start_timeout_s: float, hooks: LifecycleHooks) -> None:
+    """Fresh actors for ``ranks`` of an adopted group, each in its own bundle, started before this
+    returns (their init has not run). A new rank 0 brings a new rendezvous; the caller gives it out."""
+    for rank in sorted(ranks):  # rank 0 first: its replacement picks the rendezvous
+        group.replace_worker(rank)
+        hooks.on_worker_replaced(group.name, rank, reason)
+    try:
+        group.rank_nodes = {**group.rank_nodes, **_wait_started(group, actor_start_timeout_s, sorted(ranks))}
+    except BaseException:
+        group.fence.kill_actors([group.workers[rank] for rank in ranks])
+        raise
+
+
 def _wait_started(group: WorkerGroup, timeout_s: float, ranks: list[int] | None = None) -> dict[int, str]:
     nodes, problems = _started_nodes(group, list(range(group.world_size)) if ranks is None else ranks, timeout_s)
     if problems:
