@@ -55,6 +55,7 @@ __all__ = ["StateDomain", "Rollback", "StateLostError", "GroupStateStatus", "Sna
 
 log = get_logger("state")
 
+HAND_OFF_WAIT_S = 30.0  # a restarted daemon's wait for the snapshots its predecessor left in flight
 LOAD_TIMEOUT_S = 300.0  # a load of a large state into every rank of a group
 
 
@@ -355,6 +356,14 @@ class StateDomain:
         ranks = snapshot_ranks(member.config.kind, group.world_size)
         return ray.get([group.workers[r]._supervisor_snapshot_wait.remote(timeout_s) for r in ranks])
 
+    def _finish_hand_offs(self) -> None:
+        """Let every rank's snapshot in flight reach the keepers: the ranks finish a hand-off on their
+        own after the daemon that asked for it died, and the newest complete step counts it."""
+        import ray
+
+        refs = [w._supervisor_snapshot_wait.remote(HAND_OFF_WAIT_S) for m in self._members.values() for w in m.group.workers]
+        ray.wait(refs, num_returns=len(refs), timeout=HAND_OFF_WAIT_S + 5.0)  # a rank busy or gone: its copies are what the keepers have
+
     # -- what exists ----------------------------------------------------------------------------
     def _group_copies(self, member: _Member, memory: list[ShardCopy]) -> GroupCopies:
         return GroupCopies(member.config.kind, member.group.world_size, tuple(memory) + tuple(_disk_copies(member)))
@@ -473,12 +482,15 @@ class StateDomain:
     def restore_all(self, cause: str, snapshotted_before: Collection[str] = ()) -> Rollback | None:
         """On a daemon's restart: take every stateful group to the newest complete step (their live
         state may be a step past the progress the driver saved). None, the live state kept, while a
-        group has no complete snapshot yet: the earlier daemon died at the job's first step boundary,
-        before any group had stepped (the groups snapshot in turn, so one may have its first and
-        another not). ``snapshotted_before``: groups the earlier daemon recorded a complete snapshot
-        of; one of them without a snapshot now has lost its copies, which is a loss, never kept quietly."""
+        group has no complete snapshot yet (the earlier daemon died before its first one: at the
+        job's first step boundary, the groups snapshot in turn, so one may have its first and another
+        not): there is no step to go back to, as with no snapshot at all.
+
+        ``snapshotted_before``: groups the earlier daemon recorded a complete snapshot of; one of them
+        without a snapshot now has lost its copies, which is a loss, never kept quietly."""
         with self._lock:
             self.keepers.ensure(_alive_nodes())  # adopts the earlier incarnation's keepers by name: the inventory asks only known ones
+            self._finish_hand_offs()
             copies, alive = self.copies()
             unsnapshotted = sorted(n for n in self._members if latest_complete(copies[n], alive) is None)
             if unsnapshotted and not set(unsnapshotted) & set(snapshotted_before):
