@@ -43,6 +43,11 @@ from supervisor import Dispatch, register
 from .common import Row, Stat, interleave, print_rows
 
 PAD_MB = 64.0
+# The snapshot cost's model: real parameters, no pad, so the step computes what a model of its state's
+# size computes: 10.5 M parameters (40 MiB, on every rank) and the Adam moments of the rank's ZeRO
+# partition (ZeRO partitions whole tensors: 0 to 80 MiB), 64 samples a step.
+STEP_MODEL = {"in_dim": 1024, "hidden": 5120, "out_dim": 1024, "batch_size": 64}
+STEP_MODEL_MB = 120.0  # the most a rank's state of that model takes (for the snapshots' memory bound)
 SNAPSHOT_GOAL = "<= 1.02x"
 PEER_GOAL = "<= 1.5x"
 ROLLBACK_GOAL = "<= 2.0x"
@@ -96,8 +101,11 @@ class Recovery:
     state_ok: bool
 
 
-def supervised(cls: type, kind: str, ranks_per_node: list[int], prefix: str, pad_mb: float) -> Supervised:
-    """A group of ``cls`` with ``state=kind`` (sharded ones snapshot only when asked: the bench decides when)."""
+def supervised(
+    cls: type, kind: str, ranks_per_node: list[int], prefix: str, pad_mb: float, snapshot_every: int = 0, **model: Any
+) -> Supervised:  # fmt: skip
+    """A group of ``cls`` (its constructor's ``model`` arguments) with ``state=kind``, snapshotting at
+    every ``snapshot_every``-th step boundary (0: only when asked)."""
     from supervisor import ClassWithInitArgs, ResourcePool, SupervisionConfig, create_group, init_group
     from supervisor.state import StateConfig, StateKind
     from supervisor.supervision import GroupSupervisor
@@ -105,15 +113,15 @@ def supervised(cls: type, kind: str, ranks_per_node: list[int], prefix: str, pad
     from supervisor.supervision.restart_policy import RestartPolicy
 
     pool = ResourcePool(ranks_per_node, use_gpu=True, max_colocate_count=1, name_prefix=prefix)
-    group = create_group(pool, ClassWithInitArgs(cls, pad_mb=pad_mb), name_prefix=prefix)
+    group = create_group(pool, ClassWithInitArgs(cls, pad_mb=pad_mb, **model), name_prefix=prefix)
     policy = InitPolicy(timeout_s=120, attempts=3, backoff_initial_s=0.05, backoff_max_s=0.5, backoff_jitter_s=0.0)
     init_group(group, "init_model", policy=policy)
     # Two kept snapshots of every shard, two copies each, with room to spare: the bound must not skip one.
-    memory_mb = 8 * (pad_mb + 1) * sum(ranks_per_node)
+    memory_mb = 8 * (pad_mb + STEP_MODEL_MB + 1) * sum(ranks_per_node)
     config = SupervisionConfig(
         init_method="init_model", init_policy=policy, probe_period_s=1.0,
         restart=RestartPolicy(max_restarts=10_000, backoff_initial_s=0.0),
-        state=StateConfig(kind=StateKind(kind), snapshot_memory_mb=memory_mb),
+        state=StateConfig(kind=StateKind(kind), snapshot_memory_mb=memory_mb, snapshot_every=snapshot_every),
     )  # fmt: skip
     return Supervised(pool, group, GroupSupervisor(group, config).start())
 
@@ -190,15 +198,17 @@ def alternate(
 
 
 def snapshot_cost(target: Supervised, blocks: int, block_steps: int) -> tuple[Stat, Stat, Stat]:
-    """Seconds per step with a snapshot before every step and without, in alternating blocks; and
-    the snapshot calls alone (a rank's copy to host memory, after waiting for its previous hand-off)."""
+    """Seconds per step with a snapshot at every step boundary and without, in alternating blocks;
+    and the boundaries alone (what the driver waits for). The snapshots are the periodic ones a
+    driver's ``ctx.step_boundary(step)`` takes (``snapshot_every = 1``): each rank copies its state
+    before its next step and hands it off beside it."""
     domain = target.sup.state_domain
     calls: list[float] = []
 
     def with_snapshots() -> None:
         for _ in range(block_steps):
             started = time.perf_counter()
-            target.group.snapshot(target.next_step)
+            domain.step_boundary(target.next_step)
             calls.append(time.perf_counter() - started)
             target.group.train_step(target.next_step)
             target.next_step += 1
@@ -216,7 +226,7 @@ def recovery_stat(recoveries: list[Recovery]) -> Stat:
     return Stat.of([r.seconds for r in recoveries])
 
 
-def rows(pad_mb: float, snapshot: tuple[Stat, Stat, Stat], block_steps: int, peer: tuple[list[Recovery], list[Recovery]],
+def rows(pad_mb: float, state_mb: list[float], snapshot: tuple[Stat, Stat, Stat], block_steps: int, peer: tuple[list[Recovery], list[Recovery]],
          rollback: tuple[list[Recovery], list[Recovery]]) -> list[Row]:  # fmt: skip
     """The RESULTS.md rows; a kill whose state did not come back right is named in its case."""
 
@@ -228,8 +238,10 @@ def rows(pad_mb: float, snapshot: tuple[Stat, Stat, Stat], block_steps: int, pee
     return [
         Row(
             "state: step with a snapshot every step / without",
-            f"4-rank sharded ZeRO group, {pad_mb:g} MiB of state per rank, 2 nodes; {with_s.n} blocks of {block_steps} steps each way; "
-            f"the snapshot call alone {call_s.median * 1e3:.0f} ms (p95 {call_s.p95 * 1e3:.0f})",
+            f"4-rank sharded ZeRO group (Adam), 2 nodes, a {STEP_MODEL['in_dim']}-{STEP_MODEL['hidden']}-{STEP_MODEL['out_dim']} MLP "
+            f"and {STEP_MODEL['batch_size']} samples a step; state per rank {', '.join(f'{mb:.0f}' for mb in state_mb)} MiB "
+            f"(mean {sum(state_mb) / len(state_mb):.0f}); snapshots by step_boundary (snapshot_every = 1); {with_s.n} blocks of "
+            f"{block_steps} steps each way; the boundary alone {call_s.median * 1e3:.1f} ms (p95 {call_s.p95 * 1e3:.1f})",
             with_s, "the same group, no snapshots", without_s, SNAPSHOT_GOAL,
         ),
         Row(
@@ -254,11 +266,16 @@ def run(blocks: int = 12, block_steps: int = 10, kills: int = 6, pad_mb: float =
     cluster = local_cluster([NODE, NODE])
     try:
         # The sharded group and its reference: the snapshot cost first, then the rollbacks.
+        stepping = supervised(TimedActorUpdate, "sharded", [2, 2], "cost-step-", 0.0, snapshot_every=1, **STEP_MODEL)
+        try:
+            state_mb = [info["nbytes"] / 2**20 for info in stepping.group.state_info()]
+            snapshot = snapshot_cost(stepping, blocks, block_steps)
+            print(f"state_cost snapshot: {snapshot[0].median * 1e3:.1f} ms/step with, {snapshot[1].median * 1e3:.1f} without", flush=True)
+        finally:
+            stepping.close()
         sharded = supervised(TimedActorUpdate, "sharded", [2, 2], "cost-sharded-", pad_mb)
         plain4 = supervised(TimedActorUpdate, "none", [2, 2], "cost-none4-", pad_mb)
         try:
-            snapshot = snapshot_cost(sharded, blocks, block_steps)
-            print(f"state_cost snapshot: {snapshot[0].median * 1e3:.1f} ms/step with, {snapshot[1].median * 1e3:.1f} without", flush=True)
             rollback = alternate(kills, lambda r: rollback_kill(sharded, r), lambda: fresh_kill(plain4), 4)
             print(f"state_cost rollback: {[round(r.seconds, 2) for r in rollback[0]]} against {[round(r.seconds, 2) for r in rollback[1]]}", flush=True)
         finally:
@@ -275,7 +292,7 @@ def run(blocks: int = 12, block_steps: int = 10, kills: int = 6, pad_mb: float =
     finally:
         ray.shutdown()
         cluster.shutdown()
-    return rows(pad_mb, snapshot, block_steps, peer, rollback)
+    return rows(pad_mb, state_mb, snapshot, block_steps, peer, rollback)
 
 
 def main() -> None:

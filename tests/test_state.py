@@ -25,7 +25,7 @@ from supervisor import (
     create_group,
     init_group,
 )
-from supervisor.core.state_tree import state_digest
+from supervisor.core.state_tree import WireState, from_wire, state_digest
 from supervisor.errors import GroupFailedError, RolledBack, StateLostError
 from supervisor.observability.metrics import REGISTRY
 from supervisor.state import StateConfig, StateDomain, StateKind
@@ -271,6 +271,24 @@ def test_a_rollback_takes_every_stateful_group_of_the_domain_back(ray_cluster, n
         for parts in (actor, critic):
             _teardown(*parts)
         domain.close()
+
+
+def test_a_keepers_copy_outlives_the_rank_whose_object_it_holds_in_place(ray_cluster, no_leaks):
+    """The keeper on a rank's node holds the shard's arrays in place in the object store, in an object
+    the rank put (and so owned): after the rank's SIGKILL the copy is still whole."""
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False, snapshot_every=1)
+    try:
+        domain = sup.state_domain
+        domain.step_boundary(0)
+        domain.wait_snapshots(group)
+        keeper = ray.get_actor(keeper_name(group.name_prefix, group.rank_nodes[0]), namespace=group.namespace)
+        _kill(group, 0)
+        _wait(lambda: sup.generation(0) == 1, what="rank 0 replaced")
+        held = ray.get(keeper.fetch.remote(group.name, 0, 0))
+        assert isinstance(held, WireState)
+        assert state_digest(from_wire(held)) == state_digest(expected_state(SIZE, 0, 0, False))
+    finally:
+        _teardown(pool, group, sup)
 
 
 def test_a_restarted_daemon_keeps_live_state_when_it_died_inside_the_first_step_boundary(ray_cluster, no_leaks):

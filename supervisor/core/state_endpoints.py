@@ -19,7 +19,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, SupervisorError
-from .state_tree import empty_tensors, host_copy, join_tensors, split_tensors, state_digest, state_nbytes
+from .state_tree import (
+    WireState,
+    empty_tensors,
+    from_wire,
+    host_copy,
+    join_tensors,
+    split_tensors,
+    state_digest,
+    state_nbytes,
+    to_wire,
+)
 
 __all__ = [
     "StateMismatchError",
@@ -75,7 +85,7 @@ class _SnapshotThread:
             digest, nbytes = state_digest(self.state), state_nbytes(self.state)
             self.digest = digest
             if self.keepers:
-                ref = ray.put(self.state)  # once, for both keepers: each resolves it into its own memory
+                ref = ray.put(to_wire(self.state))  # once, for both keepers: each holds it in place in its node's store
                 ray.get([k.store.remote(self.group, self.step, self.rank, ref, digest, nbytes) for k in self.keepers])
                 del ref
             if self.disk_dir:
@@ -102,19 +112,30 @@ def _save_disk(disk_dir: str, group: str, step: int, rank: int, state: Any, dige
     os.replace(tmp, os.path.join(path, DISK_MARKER))
 
 
-def start_snapshot(worker: Any, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None) -> dict[str, Any]:
+def start_snapshot(
+    worker: Any, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None, skip_if_busy: bool = False
+) -> dict[str, Any]:  # fmt: skip
     """Copy the worker's state to host memory and hand it to ``keepers`` (and disk) in the background.
     With no keepers and no ``disk_dir`` only its digest is taken (a replica's, to compare with rank 0's).
 
-    Returns at once after the copy, with the time the copy took and the previous snapshot's outcome.
+    The copy goes into the previous snapshot's buffers (kept for it: a fresh allocation of the same
+    size costs several times the copy). ``skip_if_busy``: when the previous hand-off is still in
+    flight, take no snapshot rather than wait for it (a periodic snapshot: the step must not wait).
+
+    Returns at once after the copy, with the time the copy took and the previous snapshot's outcome
+    (``skipped`` set, and no previous outcome, when it did not take one).
     """
     _contract(worker)
+    current: _SnapshotThread | None = getattr(worker, "_supervisor_snapshot_thread", None)
+    if skip_if_busy and current is not None and current.thread.is_alive():
+        return {"copy_s": 0.0, "previous": None, "skipped": f"the snapshot of step {current.step} is still being handed off"}
     previous = wait_snapshot(worker)
     started = time.perf_counter()
-    state = host_copy(worker.state_dict())
+    state = host_copy(worker.state_dict(), getattr(worker, "_supervisor_snapshot_buffer", None))
     copied = time.perf_counter() - started
+    worker._supervisor_snapshot_buffer = state
     worker._supervisor_snapshot_thread = _SnapshotThread(group, step, worker._rank, state, keepers, disk_dir)
-    return {"copy_s": copied, "previous": previous}
+    return {"copy_s": copied, "previous": previous, "skipped": None}
 
 
 def wait_snapshot(worker: Any, timeout_s: float | None = None) -> dict[str, Any] | None:
@@ -143,7 +164,7 @@ def load_state(worker: Any, state: Any, digest: str) -> dict[str, Any]:
     """
     _contract(worker)
     started = time.perf_counter()
-    worker.load_state_dict(state)
+    worker.load_state_dict(from_wire(state) if isinstance(state, WireState) else state)
     got = state_digest(worker.state_dict())
     if got != digest:
         raise StateMismatchError(f"rank {worker._rank}: state digest {got} after load, expected {digest}")

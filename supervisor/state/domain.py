@@ -121,6 +121,16 @@ class _Member:
     # What the last inventory showed (taken at every snapshot anyway): status reads it without a call.
     seen: tuple[GroupCopies, frozenset[str]] | None = None
     digests: dict[int, dict[int, str]] = field(default_factory=dict)  # step -> rank -> digest, as the ranks report them
+    in_flight: _Submitted | None = None  # a periodic snapshot whose acknowledgements are not read yet
+
+
+@dataclass(frozen=True)
+class _Submitted:
+    """A snapshot's calls, submitted to ``ranks`` (in rank order); ``refs`` their acknowledgements."""
+
+    step: int
+    ranks: tuple[int, ...]
+    refs: tuple[Any, ...]
 
 
 class StateDomain:
@@ -229,7 +239,7 @@ class StateDomain:
         for _, member in sorted(self._members.items()):
             memory, disk = member.config.snapshot_due(step), member.config.disk_due(step)
             if memory or disk:
-                result = self.snapshot(member.group, step, memory=memory, disk=disk)
+                result = self.snapshot(member.group, step, memory=memory, disk=disk, wait=False)
                 if result is not None:
                     skipped.append(result)
             status = self._status(member, *self._seen(member))
@@ -238,10 +248,19 @@ class StateDomain:
         return skipped
 
     # -- snapshots ------------------------------------------------------------------------------
-    def snapshot(self, group: WorkerGroup, step: int, memory: bool = True, disk: bool | None = None) -> SnapshotSkipped | None:
+    def snapshot(
+        self, group: WorkerGroup, step: int, memory: bool = True, disk: bool | None = None, wait: bool = True
+    ) -> SnapshotSkipped | None:  # fmt: skip
         """Snapshot ``group`` at the boundary before ``step``: each snapshot rank copies its state to
         host memory and goes on; the copies reach the keepers (one on the shard's node, one on
         another) and, when ``disk`` (default: when due), the disk, beside the rank's next call.
+
+        ``wait=False`` (the periodic snapshots of :meth:`step_boundary`): the calls are submitted and
+        their answers read at the group's next snapshot; a rank runs them before the caller's next
+        call to it (one caller's calls to an actor run in order), so the copy still precedes the
+        next step. A rank still handing off its previous snapshot takes none (that step is then not
+        complete): the step never waits for a hand-off to memory. With ``wait`` (an explicit
+        snapshot), or a disk snapshot due, it does.
 
         Returns:
             None, or why the snapshot was skipped (the memory bound).
@@ -250,8 +269,6 @@ class StateDomain:
             ConfigError: the group is not stateful in this domain.
             RolledBack: a rollback is pending (the state is not the one of ``step``).
         """
-        import ray
-
         member = self._members.get(group.name)
         if member is None:
             raise ConfigError(f"group {group.name} declares no state (state = 'replicated' or 'sharded' to snapshot it)")
@@ -262,6 +279,7 @@ class StateDomain:
         cfg = member.config
         disk = cfg.disk_due(step) if disk is None else disk
         disk_dir = cfg.disk_dir if disk else None
+        self._settle(member)
         with self._lock:
             self.fence.check()  # a superseded daemon's snapshot would overwrite its successor's
             self.raise_pending()
@@ -277,33 +295,42 @@ class StateDomain:
                     if disk_dir is None:
                         return skipped
                     keepers = {}  # the disk copy is still written
-            started = time.perf_counter()
             refs = []
             for rank in taking_part:
                 kept = rank in ranks
                 targets = [keepers[n] for n in copy_nodes(group.rank_nodes.get(rank), keepers)] if keepers and kept else []
-                refs.append(workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None))
-            try:
-                acks = ray.get(refs)
-            except ray.exceptions.RayActorError as exc:
-                interrupted: Exception | None = exc
-            else:
-                interrupted = None
-        if interrupted is not None:
-            return self._snapshot_interrupted(member, step, interrupted)
-        seconds = time.perf_counter() - started
-        member.snapshot_at[step] = self.clock()
+                skip_if_busy = False
+                refs.append(workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None, skip_if_busy))
+            member.in_flight = _Submitted(step, tuple(taking_part), tuple(refs))
+            member.snapshot_at[step] = self.clock()
+        return self._settle(member) if wait else None
+
+    def _settle(self, member: _Member) -> None:
+        """Read the answers of the group's snapshot in flight: the digests the ranks report (of their
+        previous hand-off), the copy's time; a rank that died in it makes the step incomplete."""
+        import ray
+
+        submitted, member.in_flight = member.in_flight, None
+        if submitted is None:
+            return None
+        group = member.group
+        try:
+            acks = ray.get(list(submitted.refs))
+        except ray.exceptions.RayActorError as exc:
+            return self._snapshot_interrupted(member, submitted.step, exc)
         # Copied, changed, then swapped in: the daemon's heartbeat thread reads them without a lock.
         digests = {s: dict(d) for s, d in member.digests.items()}
-        for rank, ack in zip(taking_part, acks, strict=True):
+        for rank, ack in zip(submitted.ranks, acks, strict=True):
             previous = ack.get("previous")
+            if ack.get("skipped"):
+                log.info("state_snapshot_not_taken", group=group.name, rank=rank, step=submitted.step, reason=ack["skipped"])
             if previous and previous.get("error"):
                 log.warning("state_snapshot_incomplete", group=group.name, rank=rank, step=previous["step"], error=previous["error"])
             elif previous and previous.get("digest"):
                 digests.setdefault(int(previous["step"]), {})[rank] = previous["digest"]
         member.digests = digests
         self._check_replicas(member)
-        self.hooks.on_state_snapshot(group.name, step, seconds, member.last_nbytes)
+        self.hooks.on_state_snapshot(group.name, submitted.step, max(float(a.get("copy_s") or 0.0) for a in acks), member.last_nbytes)
         return None
 
     def _snapshot_interrupted(self, member: _Member, step: int, error: Exception) -> None:
@@ -475,6 +502,7 @@ class StateDomain:
         self.last_rollback = rollback
         for member in self._members.values():  # digests of steps past the target are of a history undone
             member.digests = {s: d for s, d in member.digests.items() if s <= target.step}
+            member.in_flight = None  # and so are the answers of a snapshot taken before the rollback
         log.warning("rolled_back", step=target.step, groups=list(rollback.groups), medium=target.medium.value, cause=cause, seconds=round(seconds, 3))
         self.hooks.on_rolled_back(group.name, rollback.groups, target.step, target.medium.value, seconds, cause)
         return rollback

@@ -1,9 +1,10 @@
 """Snapshot keepers: one small actor per node that holds shards of snapshots in its memory.
 
 A Ray object dies with its owner, so a snapshot that must outlive its rank cannot be an object the
-rank owns. A keeper receives each shard as a call argument and keeps the deserialized state in its
-own memory: it survives the rank's process (the copy on the rank's node) and the rank's node (the
-copy on another node). Keepers are detached and named per node (``<prefix>state-keeper-<node>``), so
+rank owns. A keeper receives each shard as a call argument and keeps what it deserialized: the
+shard's arrays (a :class:`~supervisor.core.state_tree.WireState`), read in place from its node's
+object store, where the keeper's use keeps them however the owner fares. So a shard survives the
+rank's process (the copy on the rank's node) and the rank's node (the copy on another node). Keepers are detached and named per node (``<prefix>state-keeper-<node>``), so
 a daemon restarted after a crash finds them, and what they hold, again: their inventory is the
 source of truth of which snapshots exist.
 """
