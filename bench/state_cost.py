@@ -3,13 +3,19 @@
     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python -m bench.state_cost [--blocks 12] [--block-steps 10] [--kills 6] [--pad-mb 64]
 
 Three figures, each measured against its reference in the same run, on a two-node local cluster
-(127.0.0.1, 4 declared GPUs per node), with the example's training workers (examples/rlhf/training.py)
-padded to ``pad_mb`` MiB of state per rank:
+(127.0.0.1, 4 declared GPUs per node), with the example's training workers (examples/rlhf/training.py):
 
-* **snapshot cost**: a 4-rank ``state="sharded"`` ZeRO group (``ActorUpdateWorker``) steps with a
-  snapshot before every step, and the same group steps without one, in alternating blocks of steps
-  (the order rotating). A snapshot block's time includes waiting for its last snapshot to reach the
-  keepers, so no hand-off spills into the next block: the figure is an upper bound. Goal: <= 1.02x.
+* **snapshot cost**: a 4-rank ``state="sharded"`` ZeRO group (``ActorUpdateWorker``, Adam) of a model
+  with real parameters (``STEP_MODEL``: 10.5 M, 40 MiB on every rank, plus the Adam moments of the
+  rank's partition), so a step computes what a model of its state's size computes; it steps with the
+  periodic snapshot a driver's ``step_boundary`` takes before every step (``snapshot_every = 1``), and
+  without, in alternating blocks of steps (the order rotating). A snapshot block's time includes
+  waiting for its last snapshot to reach the keepers, so no hand-off spills into the next block: the
+  figure is an upper bound. Goal: <= 1.02x. On this machine every core is busy with the ranks' steps,
+  so the hand-off (a digest, a put, the other node's copy) takes its CPU from them; on a GPU node
+  the step runs on the device and the hand-off on otherwise idle host cores.
+The other two pad the state to ``pad_mb`` MiB per rank (a non-trainable buffer):
+
 * **restore from a peer**: a 2-rank ``state="replicated"`` DDP group (``CriticWorker``, one rank per
   node) loses a rank to SIGKILL; timed from the kill to the group serving a call with every rank at
   the step it had (the digests are checked against the ones before the kill, outside the timing).
