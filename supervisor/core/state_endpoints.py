@@ -112,30 +112,23 @@ def _save_disk(disk_dir: str, group: str, step: int, rank: int, state: Any, dige
     os.replace(tmp, os.path.join(path, DISK_MARKER))
 
 
-def start_snapshot(
-    worker: Any, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None, skip_if_busy: bool = False
-) -> dict[str, Any]:  # fmt: skip
+def start_snapshot(worker: Any, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None) -> dict[str, Any]:
     """Copy the worker's state to host memory and hand it to ``keepers`` (and disk) in the background.
     With no keepers and no ``disk_dir`` only its digest is taken (a replica's, to compare with rank 0's).
 
     The copy goes into the previous snapshot's buffers (kept for it: a fresh allocation of the same
-    size costs several times the copy). ``skip_if_busy``: when the previous hand-off is still in
-    flight, take no snapshot rather than wait for it (a periodic snapshot: the step must not wait).
+    size costs several times the copy), once that snapshot's hand-off is over.
 
-    Returns at once after the copy, with the time the copy took and the previous snapshot's outcome
-    (``skipped`` set, and no previous outcome, when it did not take one).
+    Returns at once after the copy, with the time the rank was held (the copy, and any wait for the
+    previous hand-off) and the previous snapshot's outcome.
     """
     _contract(worker)
-    current: _SnapshotThread | None = getattr(worker, "_supervisor_snapshot_thread", None)
-    if skip_if_busy and current is not None and current.thread.is_alive():
-        return {"copy_s": 0.0, "previous": None, "skipped": f"the snapshot of step {current.step} is still being handed off"}
-    previous = wait_snapshot(worker)
     started = time.perf_counter()
+    previous = wait_snapshot(worker)
     state = host_copy(worker.state_dict(), getattr(worker, "_supervisor_snapshot_buffer", None))
-    copied = time.perf_counter() - started
     worker._supervisor_snapshot_buffer = state
     worker._supervisor_snapshot_thread = _SnapshotThread(group, step, worker._rank, state, keepers, disk_dir)
-    return {"copy_s": copied, "previous": previous, "skipped": None}
+    return {"held_s": time.perf_counter() - started, "previous": previous}
 
 
 def wait_snapshot(worker: Any, timeout_s: float | None = None) -> dict[str, Any] | None:

@@ -225,13 +225,11 @@ class SupervisedEndpoints:
             raise ValueError(f"mesh {mesh!r} is registered by {'no role' if not places else 'several roles, differently'} of {type(self).__name__}") from None
 
     # -- state (supervisor.core.state_endpoints: the worker's state_dict / load_state_dict) ----------
-    def _supervisor_snapshot(
-        self, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None = None, skip_if_busy: bool = False
-    ) -> dict[str, Any]:  # fmt: skip
+    def _supervisor_snapshot(self, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None = None) -> dict[str, Any]:
         """Copy this rank's state to host memory; hand it to ``keepers`` (and disk) in the background."""
         from .state_endpoints import start_snapshot
 
-        return start_snapshot(self, group, step, keepers, disk_dir, skip_if_busy)
+        return start_snapshot(self, group, step, keepers, disk_dir)
 
     def _supervisor_snapshot_wait(self, timeout_s: float | None = None) -> dict[str, Any] | None:
         from .state_endpoints import wait_snapshot

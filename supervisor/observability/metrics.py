@@ -134,7 +134,7 @@ KV_WAIT_WAKEUPS = Counter(
 )
 STATE_SNAPSHOT = Histogram(
     "supervisor_state_snapshot_seconds",
-    "Time a snapshot held its group's ranks: the copy of their state to host memory (the rest runs beside their next call).",
+    "Time a snapshot held its group's ranks: the copy of their state to host memory, and any wait for the previous hand-off (the rest runs beside their next call).",
     ["group"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
 )
 STATE_RESTORE = Histogram(

@@ -258,9 +258,8 @@ class StateDomain:
         ``wait=False`` (the periodic snapshots of :meth:`step_boundary`): the calls are submitted and
         their answers read at the group's next snapshot; a rank runs them before the caller's next
         call to it (one caller's calls to an actor run in order), so the copy still precedes the
-        next step. A rank still handing off its previous snapshot takes none (that step is then not
-        complete): the step never waits for a hand-off to memory. With ``wait`` (an explicit
-        snapshot), or a disk snapshot due, it does.
+        next step, which waits only for the copy (and for the rank's previous hand-off, when that
+        is slower than a step).
 
         Returns:
             None, or why the snapshot was skipped (the memory bound).
@@ -299,15 +298,14 @@ class StateDomain:
             for rank in taking_part:
                 kept = rank in ranks
                 targets = [keepers[n] for n in copy_nodes(group.rank_nodes.get(rank), keepers)] if keepers and kept else []
-                skip_if_busy = False
-                refs.append(workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None, skip_if_busy))
+                refs.append(workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None))
             member.in_flight = _Submitted(step, tuple(taking_part), tuple(refs))
             member.snapshot_at[step] = self.clock()
         return self._settle(member) if wait else None
 
     def _settle(self, member: _Member) -> None:
         """Read the answers of the group's snapshot in flight: the digests the ranks report (of their
-        previous hand-off), the copy's time; a rank that died in it makes the step incomplete."""
+        previous hand-off), how long it held them; a rank that died in it makes the step incomplete."""
         import ray
 
         submitted, member.in_flight = member.in_flight, None
@@ -322,15 +320,13 @@ class StateDomain:
         digests = {s: dict(d) for s, d in member.digests.items()}
         for rank, ack in zip(submitted.ranks, acks, strict=True):
             previous = ack.get("previous")
-            if ack.get("skipped"):
-                log.info("state_snapshot_not_taken", group=group.name, rank=rank, step=submitted.step, reason=ack["skipped"])
             if previous and previous.get("error"):
                 log.warning("state_snapshot_incomplete", group=group.name, rank=rank, step=previous["step"], error=previous["error"])
             elif previous and previous.get("digest"):
                 digests.setdefault(int(previous["step"]), {})[rank] = previous["digest"]
         member.digests = digests
         self._check_replicas(member)
-        self.hooks.on_state_snapshot(group.name, submitted.step, max(float(a.get("copy_s") or 0.0) for a in acks), member.last_nbytes)
+        self.hooks.on_state_snapshot(group.name, submitted.step, max(float(a["held_s"]) for a in acks), member.last_nbytes)
         return None
 
     def _snapshot_interrupted(self, member: _Member, step: int, error: Exception) -> None:
