@@ -298,7 +298,8 @@ def overview() -> db.Dashboard:
                 6,
                 "Init attempts by group and outcome",
                 "Rate of per-rank calls of each group's init method, by outcome (ok, raised, timed_out, "
-                "died). Anything but ok during a start or a restart points at the init method or the node.",
+                "died, abandoned: a collective init whose peer failed first). Anything but ok during a start "
+                "or a restart points at the init method or the node.",
                 "ops",
                 [
                     target(

@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 from ray.util import placement_group, remove_placement_group
-from workers import BrokenConstructor, CounterWorker, InitWorker
+from workers import BrokenConstructor, CounterWorker, InitWorker, RendezvousWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool
 from supervisor.observability.hooks import ObservingHooks
@@ -175,6 +175,25 @@ def test_rank_dying_in_init_is_classified_died_and_replaced(ray_cluster, tmp_pat
         assert first.outcome is InitOutcome.DIED
         assert "actor died" in first.error
         assert [s[0] for s in group.status()] == [True, True]
+    finally:
+        group.kill()
+        pool.teardown()
+
+
+def test_a_rank_dying_in_a_collective_init_abandons_its_peers_calls_instead_of_waiting_them_out(ray_cluster, tmp_path, no_leaks):
+    """Three ranks join a real gloo rendezvous and rank 1 dies before joining: ranks 0 and 2 wait in
+    it for a peer that never comes. A collective init does not wait out their store timeout: their
+    calls are abandoned, all three get fresh actors (rank 0's brings a new rendezvous) and the group
+    forms; only rank 1 is charged an attempt."""
+    pool = ResourcePool([3], use_gpu=False, max_colocate_count=1)
+    group = create_group(pool, ClassWithInitArgs(RendezvousWorker, counter_dir=str(tmp_path), dead_rank=1))
+    try:
+        history = init_group(group, policy=FAST, collective=True)
+        first = {a.rank: a for a in history[:3]}
+        assert first[1].outcome is InitOutcome.DIED
+        assert first[0].outcome is first[2].outcome is InitOutcome.ABANDONED
+        assert "rank 1's init died first" in first[0].error
+        assert [a.outcome for a in history[3:]] == [InitOutcome.OK] * 3
     finally:
         group.kill()
         pool.teardown()

@@ -73,6 +73,20 @@ def test_exhausted_rank_fails_the_group():
     assert plan.failed_ranks == (1,) and plan.reasons == {1: "timed_out"} and not plan.run
 
 
+def test_abandoned_ranks_are_replaced_with_the_failed_one_and_never_charged():
+    # A collective init: rank 1 died, ranks 0 and 2 were blocked in its rendezvous and abandoned,
+    # three times over; only rank 1 runs out of attempts, and each round replaces all three.
+    ABANDONED = InitOutcome.ABANDONED
+    history = []
+    for attempt in (1, 2):
+        history += attempts((0, attempt, ABANDONED), (1, attempt, DIED), (2, attempt, ABANDONED))
+        plan = plan_next_round(history, 3, POLICY)
+        assert plan.replace == (0, 1, 2) and plan.new_rendezvous and plan.run == (0, 1, 2) and not plan.failed_ranks
+        assert plan.backoff_s == pytest.approx(POLICY.backoff_s(attempt))
+    history += attempts((0, 3, ABANDONED), (1, 3, DIED), (2, 3, ABANDONED))
+    assert plan_next_round(history, 3, POLICY).failed_ranks == (1,)
+
+
 def test_policy_validation():
     with pytest.raises(ValueError, match="attempts must be >= 1"):
         InitPolicy(attempts=0)

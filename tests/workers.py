@@ -179,6 +179,31 @@ class InitWorker(Worker):
         return self.ready, os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]
 
 
+class RendezvousWorker(Worker):
+    """``init_model`` joins a real gloo process group (rank 0 serves the store on MASTER_ADDR, the
+    example's way); ``dead_rank`` dies in its first call before joining, so the others' first call
+    waits in the rendezvous for a peer that never comes (its store timeout: 30 s)."""
+
+    def __init__(self, counter_dir: str, dead_rank: int) -> None:
+        super().__init__()
+        self.counter_dir, self.dead_rank = counter_dir, dead_rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> str:
+        import torch.distributed as dist
+
+        from examples.rlhf.training import COLLECTIVE_TIMEOUT, rendezvous_store
+
+        if _bump(self.counter_dir, self.rank) == 1 and self.rank == self.dead_rank:
+            os._exit(1)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        store = rendezvous_store(addr, port, self.rank, self.world_size)
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world_size, timeout=COLLECTIVE_TIMEOUT)
+        return f"{addr}:{port}"
+
+
 class BrokenConstructor(Worker):
     def __init__(self) -> None:
         super().__init__()

@@ -206,14 +206,17 @@ class JobStarter:
         record.state = "initializing"
         if earlier is None:
             job.set_group_record(record)
+        config = spec.supervision_config(self.spec.base_dir)
         if spec.init_method and to_init:
             # An adopted group is a job that survived a crash: a failed init leaves it for the next start.
-            init_group(group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), job.hooks, ranks=to_init, kill_on_failure=not adopting)
+            init_group(
+                group, spec.init_method, (), spec.init_kwargs, spec.init_policy(), job.hooks, ranks=to_init,
+                kill_on_failure=not adopting, collective=config.collective,
+            )  # fmt: skip
         record.initialized = True
         history, counts = restored_restarts(same) if same else ([], {})
         supervisor = GroupSupervisor(
-            group, spec.supervision_config(self.spec.base_dir), job.hooks, restart_history=history, rank_restarts=counts,
-            state_domain=job.state_domain,
+            group, config, job.hooks, restart_history=history, rank_restarts=counts, state_domain=job.state_domain,
         )  # fmt: skip
         with job.lock:  # from here on the record of this group is built from its supervisor
             assert job.record is not None

@@ -10,7 +10,7 @@ from ..placement.standby import StandbyReach
 from ..state.kinds import StateConfig
 from .init_policy import InitPolicy
 from .lifecycle import ACTOR_START_TIMEOUT_S
-from .restart_policy import RestartPolicy
+from .restart_policy import RestartPolicy, RestartStrategy
 from .supervised_call import InFlightPolicy
 
 __all__ = ["InFlightPolicy", "SupervisionConfig", "RECOVERY_RETRY_MIN_S", "STANDBY_FAILURE_LIMIT"]
@@ -100,3 +100,9 @@ class SupervisionConfig:
     standby_sched_idle: bool = True
     standby_preload: tuple[str, ...] = ()
     state: StateConfig = field(default_factory=StateConfig)
+
+    @property
+    def collective(self) -> bool:
+        """Whether the ranks' init joins one rendezvous (a stateful group, or one restarted as a
+        whole): a rank that fails it dooms the others' calls, which are then not waited for."""
+        return self.state.stateful or self.restart.strategy is RestartStrategy.ONE_FOR_ALL

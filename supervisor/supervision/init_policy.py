@@ -9,6 +9,9 @@ history, what the next round does. It is a pure function so every rule is unit-t
 * **rendezvous rule**: if rank 0 is replaced it gets a new MASTER_ADDR/MASTER_PORT, so every rank must
   learn it and re-run init (their earlier init joined the old rendezvous);
 * a rank whose failures reach ``attempts`` fails the whole group;
+* in a collective init (every rank joins one rendezvous), a rank that dies or raises dooms the
+  others' calls: they are *abandoned* (not waited for: a rendezvous waits out its own timeout, 30
+  minutes for NCCL by default), replaced like failed ranks, and not charged an attempt;
 * between rounds, back off exponentially with jitter (tenacity's ``wait_exponential_jitter``) on the
   highest attempt number among the failed ranks.
 """
@@ -31,6 +34,9 @@ class InitOutcome(enum.Enum):
     RAISED = "raised"  # the init method raised an exception
     TIMED_OUT = "timed_out"  # no answer within the per-worker timeout (a hang, e.g. a collective that never forms)
     DIED = "died"  # the actor process died (OOM kill, os._exit, node lost)
+    # A collective init whose peer failed first: the call waits in a rendezvous that cannot complete
+    # now, so it is not waited for; the rank gets a fresh actor without being charged an attempt.
+    ABANDONED = "abandoned"
 
     @property
     def ok(self) -> bool:
@@ -133,9 +139,10 @@ def _latest(history: Sequence[RankAttempt]) -> dict[int, RankAttempt]:
 
 
 def failures_per_rank(history: Sequence[RankAttempt]) -> dict[int, int]:
+    """Failed calls per rank, as charged against ``attempts`` (an abandoned call is a peer's failure)."""
     counts: dict[int, int] = {}
     for a in history:
-        if not a.outcome.ok:
+        if not a.outcome.ok and a.outcome is not InitOutcome.ABANDONED:
             counts[a.rank] = counts.get(a.rank, 0) + 1
     return counts
 

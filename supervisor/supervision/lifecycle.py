@@ -287,6 +287,7 @@ def init_group(
     ranks: list[int] | None = None,
     kill_on_failure: bool = True,
     rejoin_new_rank_zero: bool = True,
+    collective: bool = False,
 ) -> list[RankAttempt]:
     """Run ``method(*args, **kwargs)`` on every rank, strictly: per-worker timeout, per-rank retries.
 
@@ -307,6 +308,8 @@ def init_group(
             that escalates instead passes False and leaves the decision to its owner).
         rejoin_new_rank_zero: False: a replaced rank 0 leaves the other ranks alone (independent
             replicas; see :class:`~supervisor.supervision.config.SupervisionConfig`).
+        collective: the ranks of a round join one rendezvous: once one of them dies or raises, the
+            calls still running are abandoned (:attr:`InitOutcome.ABANDONED`) instead of waited for.
 
     Returns:
         Every attempt, in order.
@@ -351,11 +354,16 @@ def init_group(
                 for rank in group.propagate_rendezvous(survivors):
                     hooks.on_worker_replaced(group.name, rank, "died")
                 hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
-        history += _run_round(group, plan.run, method, args, kwargs, policy, calls, hooks)
+        history += _run_round(group, plan.run, method, args, kwargs, policy, calls, hooks, collective)
 
 
 # Replacement reasons use the fixed set of supervisor_worker_restarts_total{reason}.
-_REPLACEMENT_REASON = {InitOutcome.DIED: "died", InitOutcome.TIMED_OUT: "hung", InitOutcome.RAISED: "init_failed"}
+_REPLACEMENT_REASON = {
+    InitOutcome.DIED: "died",
+    InitOutcome.TIMED_OUT: "hung",
+    InitOutcome.RAISED: "init_failed",
+    InitOutcome.ABANDONED: "hung",  # blocked in a rendezvous that cannot complete
+}
 
 
 def _run_round(
@@ -367,6 +375,7 @@ def _run_round(
     policy: InitPolicy,
     calls: dict[int, int],
     hooks: LifecycleHooks,
+    collective: bool = False,
 ) -> list[RankAttempt]:
     import ray
 
@@ -374,9 +383,26 @@ def _run_round(
     node_refs = {r: group.workers[r].node_info.remote() for r in ranks if r not in rank_nodes}
     started = time.monotonic()
     refs = {group._remote(group.workers[r], method, args, kwargs): r for r in ranks}
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=policy.timeout_s)
-    ready_set = set(ready)
-    elapsed = time.monotonic() - started
+    # Each call's outcome as it ends; in a collective round the first failure ends the round.
+    ended: dict[Any, tuple[InitOutcome, str | None, float]] = {}
+    pending = list(refs)
+    failed_first: tuple[int, InitOutcome] | None = None  # the rank whose failure doomed a collective round
+    while pending and failed_first is None:
+        remaining = started + policy.timeout_s - time.monotonic()
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, remaining))
+        if not ready:
+            break
+        for ref in ready:
+            outcome, error = _classify(ref, True, policy.timeout_s)
+            ended[ref] = (outcome, error, time.monotonic() - started)
+            if collective and not outcome.ok and pending:
+                failed_first = (refs[ref], outcome)
+    for ref in pending:
+        if failed_first is not None:
+            why = f"rank {failed_first[0]}'s init {failed_first[1].value} first: this collective init cannot complete"
+            ended[ref] = (InitOutcome.ABANDONED, why, time.monotonic() - started)
+        else:
+            ended[ref] = (*_classify(ref, False, policy.timeout_s), time.monotonic() - started)
     for rank, node_ref in node_refs.items():
         done, _ = ray.wait([node_ref], timeout=0)
         if done:
@@ -386,7 +412,7 @@ def _run_round(
                 pass
     attempts: list[RankAttempt] = []
     for ref, rank in sorted(refs.items(), key=lambda kv: kv[1]):
-        outcome, error = _classify(ref, ref in ready_set, policy.timeout_s)
+        outcome, error, elapsed = ended[ref]
         calls[rank] += 1
         bundle = bundles[rank] if rank < len(bundles) else None
         attempt = RankAttempt(

@@ -217,7 +217,7 @@ class InitTask:
                 init_group(
                     group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, hooks,  # type: ignore[arg-type]
                     sleep=self.runner.sleep, ranks=list(order.ranks), kill_on_failure=False,
-                    rejoin_new_rank_zero=cfg.rejoin_new_rank_zero,
+                    rejoin_new_rank_zero=cfg.rejoin_new_rank_zero, collective=cfg.collective,
                 )  # fmt: skip
             self._restore(captured)
             return InitDone(order.ranks, hooks.rebuilt())
