@@ -274,8 +274,8 @@ def run(blocks: int = 12, block_steps: int = 10, kills: int = 6, pad_mb: float =
         # The sharded group and its reference: the snapshot cost first, then the rollbacks.
         stepping = supervised(TimedActorUpdate, "sharded", [2, 2], "cost-step-", 0.0, snapshot_every=1, **STEP_MODEL)
         try:
-            state_mb = [info["nbytes"] / 2**20 for info in stepping.group.state_info()]
             snapshot = snapshot_cost(stepping, blocks, block_steps)
+            state_mb = [info["nbytes"] / 2**20 for info in stepping.group.state_info()]  # with Adam's moments by now
             print(f"state_cost snapshot: {snapshot[0].median * 1e3:.1f} ms/step with, {snapshot[1].median * 1e3:.1f} without", flush=True)
         finally:
             stepping.close()
