@@ -153,8 +153,9 @@ def test_state_cost_alternates_kills_abba_and_names_a_wrong_state():
     snapshot = (Stat(0.0102, 0.011, 12), Stat(0.01, 0.0105, 12), Stat(0.002, 0.003, 120))
     peer = ([Recovery(1.2, True), Recovery(1.4, True)], [Recovery(1.0, True), Recovery(1.0, True)])
     rollback = ([Recovery(3.0, True), Recovery(3.0, False)], [Recovery(1.0, True), Recovery(2.0, True)])
-    cost, restore, back = rows(64.0, snapshot, 10, peer, rollback)
-    assert round(cost.ratio, 3) == 1.02 and cost.met is True and "the snapshot call alone 2 ms" in cost.case
+    cost, restore, back = rows(64.0, [40.0, 120.0], snapshot, 10, peer, rollback)
+    assert round(cost.ratio, 3) == 1.02 and cost.met is True and "the boundary alone 2.0 ms" in cost.case
+    assert "state per rank 40, 120 MiB (mean 80)" in cost.case
     assert round(restore.ratio, 2) == 1.3 and restore.met is True and "digests equal" in restore.case
     assert back.ratio == 2.0 and back.met is True and "**1 kills left a wrong state**" in back.case
     assert restore.ours.show(restore.unit) == "1.3 s (p95 1.4)"
