@@ -312,6 +312,36 @@ def test_a_restarted_daemon_keeps_live_state_when_it_died_inside_the_first_step_
         domain.close()
 
 
+def test_a_peer_capture_older_than_a_rollback_restores_the_rollbacks_step_instead(ray_cluster, no_leaks):
+    """Two groups recover side by side: a replica's replacement captures a live peer's state, then
+    the other group's failure rolls the whole job back. The capture is of a history undone: the
+    replacement must join at the rollback's step, not the peer's older capture."""
+    domain = StateDomain("state-test-race-", "state-test")
+    actor = _supervised(StateKind.SHARDED, shared=False, domain=domain, snapshot_every=1)
+    critic = _supervised(StateKind.REPLICATED, shared=True, domain=domain, snapshot_every=1)
+    try:
+        for step in range(2):
+            domain.step_boundary(step)
+            actor[1].train_step(step)
+            critic[1].train_step(step)
+        domain.step_boundary(2)
+        for _, group, _ in (actor, critic):
+            domain.wait_snapshots(group)
+        actor[1].train_step(2)
+        critic[1].train_step(2)  # both at step 3; snapshots at 2
+        captured = domain.capture_peer(critic[1], survivors=[0], targets=[1])
+        assert captured is not None
+        domain.roll_back(actor[1], "a test's rollback")
+        domain.restore_from_peer(critic[1], captured, [1])
+        with pytest.raises(RolledBack):  # the rollback's announcement, once
+            critic[1].info()
+        assert _digests(critic[1]) == _expected(critic[1], 2, shared=True)
+    finally:
+        for parts in (actor, critic):
+            _teardown(*parts)
+        domain.close()
+
+
 def test_status_shows_the_last_complete_snapshot_and_a_replica_whose_state_diverged(ray_cluster, no_leaks):
     pool, group, sup = _supervised(StateKind.REPLICATED, shared=True, process_on_nodes=(1, 1, 1), snapshot_every=1)
     domain = sup.state_domain

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..core.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
 
-__all__ = ["StateDomain", "Rollback", "StateLostError", "GroupStateStatus", "SnapshotSkipped"]
+__all__ = ["StateDomain", "Rollback", "StateLostError", "GroupStateStatus", "SnapshotSkipped", "CapturedPeer"]
 
 log = get_logger("state")
 
@@ -70,6 +70,16 @@ class Rollback:
 
     def error(self, method: str = "", failed: dict[int, str] | None = None) -> RolledBack:
         return RolledBack(self.step, self.groups, self.medium.value, self.cause, method, failed)
+
+
+@dataclass(frozen=True)
+class CapturedPeer:
+    """A live rank's state being copied for a replica's replacement, and when (in rollbacks done)."""
+
+    peer: int
+    state_ref: Any
+    digest_ref: Any
+    rollbacks: int
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,7 @@ class StateDomain:
         self._pending: Rollback | None = None
         self.last_boundary: int | None = None
         self.last_rollback: Rollback | None = None
+        self._rollbacks = 0  # rollbacks done: a peer capture older than the last one is of a history undone
         # Updates counted by an integration whose program has no step boundaries (verl's update_actor
         # calls): None when nothing counts them.
         self.updates_done: int | None = None
@@ -435,34 +446,61 @@ class StateDomain:
             log.error("state_replicas_diverged", group=member.group.name, step=newest, ranks=diverged, digests=member.digests[newest])
 
     # -- recovery -------------------------------------------------------------------------------
-    def capture_peer(self, group: WorkerGroup, survivors: list[int], targets: list[int]) -> tuple[int, Any, Any] | None:
-        """Start copying the state of a live rank (on another node than ``targets`` where possible):
-        ``(peer, state_ref, digest_ref)``, refs owned by this process so they outlive the peer's
-        process. Queued behind the peer's current call, so the copy is taken at a call boundary."""
+    def capture_peer(self, group: WorkerGroup, survivors: list[int], targets: list[int]) -> CapturedPeer | None:
+        """Start copying the state of a live rank (on another node than ``targets`` where possible),
+        into refs owned by this process so they outlive the peer's process. Queued behind the peer's
+        current call, so the copy is taken at a call boundary."""
         nodes = {r: group.rank_nodes.get(r) for r in survivors}
         peer = choose_peer(nodes, [group.rank_nodes.get(r) for r in targets])
         if peer is None:
             return None
         state_ref, digest_ref = group.workers[peer]._supervisor_capture_state.options(num_returns=2).remote()
-        return peer, state_ref, digest_ref
+        return CapturedPeer(peer, state_ref, digest_ref, self._rollbacks)
 
-    def restore_from_peer(self, group: WorkerGroup, captured: tuple[int, Any, Any], ranks: list[int]) -> float:
+    def restore_from_peer(self, group: WorkerGroup, captured: CapturedPeer, ranks: list[int]) -> float:
         """Load a captured peer state into ``ranks`` (each checks the digest); the seconds it took.
+
+        A job-wide rollback since the capture (another group's failure, recovering beside this one)
+        took the peer back too: the capture is of a history undone, and ``ranks`` load the rollback's
+        step from its snapshot instead.
 
         Raises:
             StateLostError: the peer died before its state was copied, or a digest did not match.
         """
         import ray
 
-        peer, state_ref, digest_ref = captured
-        self.fence.check()  # the ranks belong to whoever owns the job now
-        started = time.perf_counter()
-        try:
-            ray.get([group.workers[r]._supervisor_load_state.remote(state_ref, digest_ref) for r in ranks], timeout=LOAD_TIMEOUT_S)
-        except Exception as exc:
-            raise StateLostError(f"group {group.name}: the state of rank {peer} could not be copied to rank(s) {ranks}: {first_line(exc)}") from exc
+        with self._lock:  # never interleaved with a rollback's loads
+            self.fence.check()  # the ranks belong to whoever owns the job now
+            if captured.rollbacks != self._rollbacks and self.last_rollback is not None:
+                return self._restore_to_last_rollback(group, ranks)
+            started = time.perf_counter()
+            try:
+                ray.get([group.workers[r]._supervisor_load_state.remote(captured.state_ref, captured.digest_ref) for r in ranks], timeout=LOAD_TIMEOUT_S)
+            except Exception as exc:
+                raise StateLostError(f"group {group.name}: the state of rank {captured.peer} could not be copied to rank(s) {ranks}: {first_line(exc)}") from exc
         seconds = time.perf_counter() - started
         self.hooks.on_state_restored(group.name, "peer", seconds, tuple(ranks))
+        return seconds
+
+    def _restore_to_last_rollback(self, group: WorkerGroup, ranks: list[int]) -> float:
+        """Load ``ranks`` of ``group`` with the step the job last rolled back to (caller holds the lock)."""
+        import ray
+
+        assert self.last_rollback is not None
+        step = self.last_rollback.step
+        copies, alive = self.copies()
+        target = plan_rollback({group.name: copies[group.name]}, alive, not_after=step)
+        if target is None or target.step != step:
+            raise StateLostError(f"group {group.name}: rank(s) {ranks} must rejoin the job at step {step}, and no snapshot of that step is left")
+        started = time.perf_counter()
+        refs = self._load_refs(self._members[group.name], target, ranks)
+        try:
+            ray.get(refs, timeout=LOAD_TIMEOUT_S)
+        except Exception as exc:
+            raise StateLostError(f"group {group.name}: rank(s) {ranks} could not load step {step}: {first_line(exc)}") from exc
+        seconds = time.perf_counter() - started
+        log.info("state_restored_to_rollback", group=group.name, ranks=ranks, step=step, medium=target.medium.value)
+        self.hooks.on_state_restored(group.name, target.medium.value, seconds, tuple(ranks))
         return seconds
 
     def roll_back(self, group: WorkerGroup, cause: str) -> Rollback:
@@ -496,6 +534,7 @@ class StateDomain:
                 raise StateLostError(f"rollback to step {target.step} failed while loading: {first_line(exc)}") from exc
         seconds = time.perf_counter() - started
         self.last_rollback = rollback
+        self._rollbacks += 1
         for member in self._members.values():  # digests of steps past the target are of a history undone
             member.digests = {s: d for s, d in member.digests.items() if s <= target.step}
             member.in_flight = None  # and so are the answers of a snapshot taken before the rollback
@@ -525,13 +564,14 @@ class StateDomain:
             self._pending = None  # the driver starts from it: nothing to announce
             return rollback
 
-    def _load_refs(self, member: _Member, target: RollbackTarget) -> list[Any]:
+    def _load_refs(self, member: _Member, target: RollbackTarget, ranks: Collection[int] | None = None) -> list[Any]:
+        """Load ``target``'s step into ``ranks`` of the member's group (default: every rank)."""
         group, cfg = member.group, member.config
         sources = target.sources[group.name]
         keepers = self.keepers.handles()
         fetched: dict[int, Any] = {}
         refs = []
-        for rank in range(group.world_size):
+        for rank in sorted(ranks) if ranks is not None else range(group.world_size):
             src_rank = rank if cfg.kind is StateKind.SHARDED else 0
             source = sources[src_rank]
             worker = group.workers[rank]

@@ -32,7 +32,7 @@ from .restart_policy import FailureReason
 if TYPE_CHECKING:
     from ..core.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
-    from ..state.domain import StateDomain
+    from ..state.domain import CapturedPeer, StateDomain
 
 __all__ = ["TaskRunner", "ReplacementTask", "InitTask", "RecoveryStopped", "BundleWaiter"]
 
@@ -243,14 +243,14 @@ class InitTask:
             )
 
 
-    def _capture_peer(self) -> tuple[int, Any, Any] | None:
+    def _capture_peer(self) -> CapturedPeer | None:
         # Before the survivors re-initialise: their state is the one to copy.
         assert self.state is not None
         survivors = list(self.order.survivors)
         targets = [r for r in self.order.ranks if r not in survivors]
         return self.state.capture_peer(self.group, survivors, targets)
 
-    def _restore(self, captured: tuple[int, Any, Any] | None) -> None:
+    def _restore(self, captured: CapturedPeer | None) -> None:
         order, group = self.order, self.group
         if order.restore is StateRestore.NONE or self.state is None or self.state.untrained:
             return
