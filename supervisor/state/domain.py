@@ -500,7 +500,8 @@ class StateDomain:
             raise StateLostError(f"group {group.name}: rank(s) {ranks} could not load step {step}: {first_line(exc)}") from exc
         seconds = time.perf_counter() - started
         log.info("state_restored_to_rollback", group=group.name, ranks=ranks, step=step, medium=target.medium.value)
-        self.hooks.on_state_restored(group.name, target.medium.value, seconds, tuple(ranks))
+        kind = "disk" if target.medium is CopyMedium.DISK else "snapshot"  # the metric's kinds: peer, snapshot, disk
+        self.hooks.on_state_restored(group.name, kind, seconds, tuple(ranks))
         return seconds
 
     def roll_back(self, group: WorkerGroup, cause: str) -> Rollback:
