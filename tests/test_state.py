@@ -99,6 +99,20 @@ def _train(group, steps):
         group.train_step(step)
 
 
+def _train_past_a_snapshot(domain, *groups):
+    """Steps 0-2 with a snapshot at every boundary, waited for at step 2: the groups end at step 3,
+    their newest complete snapshot at step 2."""
+    for step in range(2):
+        domain.step_boundary(step)
+        for group in groups:
+            group.train_step(step)
+    domain.step_boundary(2)
+    for group in groups:
+        domain.wait_snapshots(group)
+    for group in groups:
+        group.train_step(2)
+
+
 def test_replicated_rank_killed_between_steps_gets_a_peers_state_bit_exact(ray_cluster, no_leaks):
     pool, group, sup = _supervised(StateKind.REPLICATED, shared=True)
     try:
@@ -251,15 +265,7 @@ def test_a_rollback_takes_every_stateful_group_of_the_domain_back(ray_cluster, n
     actor = _supervised(StateKind.SHARDED, shared=False, domain=domain, snapshot_every=1)
     critic = _supervised(StateKind.REPLICATED, shared=True, domain=domain, snapshot_every=1)
     try:
-        for step in range(2):
-            domain.step_boundary(step)
-            actor[1].train_step(step)
-            critic[1].train_step(step)
-        domain.step_boundary(2)
-        for _, group, _ in (actor, critic):
-            domain.wait_snapshots(group)
-        actor[1].train_step(2)
-        critic[1].train_step(2)  # both at step 3; snapshots at 2
+        _train_past_a_snapshot(domain, actor[1], critic[1])
         _kill(actor[1], 1)
         with pytest.raises(RolledBack) as raised:
             _wait(lambda: actor[2].generation(1) == 1, what="actor rank 1 replaced")
@@ -320,15 +326,7 @@ def test_a_peer_capture_older_than_a_rollback_restores_the_rollbacks_step_instea
     actor = _supervised(StateKind.SHARDED, shared=False, domain=domain, snapshot_every=1)
     critic = _supervised(StateKind.REPLICATED, shared=True, domain=domain, snapshot_every=1)
     try:
-        for step in range(2):
-            domain.step_boundary(step)
-            actor[1].train_step(step)
-            critic[1].train_step(step)
-        domain.step_boundary(2)
-        for _, group, _ in (actor, critic):
-            domain.wait_snapshots(group)
-        actor[1].train_step(2)
-        critic[1].train_step(2)  # both at step 3; snapshots at 2
+        _train_past_a_snapshot(domain, actor[1], critic[1])
         captured = domain.capture_peer(critic[1], survivors=[0], targets=[1])
         assert captured is not None
         domain.roll_back(actor[1], "a test's rollback")
