@@ -347,6 +347,7 @@ def test_status_shows_the_last_complete_snapshot_and_a_replica_whose_state_diver
         for step in range(3):
             group.snapshot(step)
             group.train_step(step)
+        domain.wait_snapshots(group)  # step 2's hand-off runs beside the next call: landed before 3's inventory
         group.snapshot(3)  # each snapshot's ack reports the previous one's digests
         (status,) = domain.cached_status()
         assert (status.kind, status.last_complete_step, status.digest_step) == (StateKind.REPLICATED, 2, 2)
