@@ -1,14 +1,18 @@
 """Goodput of a stateful training loop under faults: state recovery, checkpoint-restart, Ray Train v2.
 
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv-bench/bin/python -m bench.state_goodput [--quick] [--window-s 60] [--cycles 1]
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv-bench/bin/python -m bench.state_goodput [--quick] [--window-s 60] [--cycles 1] [--ways a,b]
 
 One training job, the example's policy update (``examples/rlhf/training.py``: ``ActorUpdateWorker``,
 ZeroRedundancyOptimizer over gloo, 4 ranks, 2 per node on a two-node local cluster on 127.0.0.1),
-steps as fast as it can in three ways, on the same model, data and kill schedule:
+steps as fast as it can in each way, on the same model, data and kill schedule:
 
 * **supervised**: a ``state="sharded"`` group under a ``GroupSupervisor`` with a snapshot before
   every step (``snapshot_every = 1``); a rank's death rolls the group back to the newest complete
   snapshot and the driver replays from the step ``RolledBack`` names;
+* **supervised, one_for_all, forked**: the same, with every rank replaced on a death (the survivors
+  are not waited for in a collective the dead rank left) and one standby, whose per-node zygote
+  (``standby_preload``: torch and the worker's module) the fresh ranks are forked from instead of each
+  importing torch (``--ways supervised_forked`` runs it alone);
 * **checkpoint-restart**: the same worker unsupervised; after every step each rank writes its state
   with ``torch.distributed.checkpoint`` to disk (in the same call as the step). A death ends the
   group: the driver kills every rank, starts a new group (new actors in the placement groups it
@@ -88,11 +92,14 @@ RAY_TRAIN_MISSING = (
 class Way(enum.Enum):
     SUPERVISED = "supervised (sharded state, snapshot every step)"
     SUPERVISED_ALL = "supervised, one_for_all (sharded state, snapshot every step)"
+    SUPERVISED_FORKED = "supervised, one_for_all, ranks forked from zygotes (a standby, standby_preload)"
     CHECKPOINT_RESTART = "checkpoint-restart (DCP every step)"
     RAY_TRAIN = "Ray Train v2 (report(checkpoint) every step)"
 
 
-SUPERVISED_WAYS = (Way.SUPERVISED, Way.SUPERVISED_ALL)
+SUPERVISED_WAYS = (Way.SUPERVISED, Way.SUPERVISED_ALL, Way.SUPERVISED_FORKED)
+# What a zygote imports once, so a fork of it starts without: torch and the worker's module (not Ray).
+PRELOAD = ("torch", "torch.distributed.optim", "tensordict", "examples.rlhf.training")
 
 
 @dataclass(frozen=True)
@@ -235,11 +242,13 @@ class Job(Protocol):
         ...
 
 
-def _pool_and_group(model: Model, prefix: str, pool: Any = None) -> tuple[Any, Any]:
+def _pool_and_group(model: Model, prefix: str, pool: Any = None, spares: bool = False) -> tuple[Any, Any]:
+    """``spares``: one spare bundle per node, for a standby."""
     from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
     from supervisor.supervision.init_policy import InitPolicy
 
-    pool = pool or ResourcePool(RANKS_PER_NODE, use_gpu=True, max_colocate_count=1, name_prefix=prefix)
+    capacity = 1.0 + len(RANKS_PER_NODE) / WORLD if spares else 1.0
+    pool = pool or ResourcePool(RANKS_PER_NODE, use_gpu=True, max_colocate_count=1, name_prefix=prefix, capacity_factor=capacity)
     group = create_group(pool, ClassWithInitArgs(GoodputWorker, **asdict(model)), name_prefix=prefix)
     init_group(group, "init_model", policy=InitPolicy(timeout_s=120, attempts=3, backoff_initial_s=0.05, backoff_max_s=0.5, backoff_jitter_s=0.0))
     return pool, group
@@ -285,9 +294,10 @@ class _Loop:
 
 class SupervisedJob(_Loop):
     """``one_for_all``: a death replaces every rank at once (the survivors too) instead of waiting
-    for them to leave the collective the dead rank was in."""
+    for them to leave the collective the dead rank was in. ``forked``: one standby, and a zygote per
+    node (``standby_preload``) that fresh ranks are forked from instead of each importing torch."""
 
-    def __init__(self, model: Model, one_for_all: bool = False) -> None:
+    def __init__(self, model: Model, one_for_all: bool = False, forked: bool = False) -> None:
         from supervisor import SupervisionConfig
         from supervisor.state import StateConfig, StateKind
         from supervisor.supervision import GroupSupervisor
@@ -295,13 +305,16 @@ class SupervisedJob(_Loop):
         from supervisor.supervision.restart_policy import RestartPolicy, RestartStrategy
 
         super().__init__()
-        self.pool, self.group = _pool_and_group(model, "sg-all-" if one_for_all else "sg-supervised-")
-        strategy = RestartStrategy.ONE_FOR_ALL if one_for_all else RestartStrategy.ONE_FOR_ONE
+        prefix = "sg-forked-" if forked else "sg-all-" if one_for_all else "sg-supervised-"
+        self.pool, self.group = _pool_and_group(model, prefix, spares=forked)
+        strategy = RestartStrategy.ONE_FOR_ALL if one_for_all or forked else RestartStrategy.ONE_FOR_ONE
+        standbys = dict(standbys=1, standby_check_s=0.5, standby_preload=PRELOAD) if forked else {}
         config = SupervisionConfig(
             init_method="init_model", probe_period_s=1.0,
             init_policy=InitPolicy(timeout_s=120, attempts=3, backoff_initial_s=0.05, backoff_max_s=0.5, backoff_jitter_s=0.0),
             restart=RestartPolicy(strategy=strategy, max_restarts=10_000, backoff_initial_s=0.0),
             state=StateConfig(kind=StateKind.SHARDED, snapshot_every=1, snapshot_memory_mb=8 * (model.pad_mb + 1) * WORLD),
+            **standbys,
         )  # fmt: skip
         self.sup = GroupSupervisor(self.group, config).start()
         self.rollbacks = 0
@@ -698,8 +711,10 @@ def _cluster() -> Iterator[str]:
         cluster.shutdown()
 
 
-def run(window_s: float = 60.0, cycles: int = 1, settle_s: float = 20.0, seed: int = 0, model: Model | None = None) -> list[Row]:
-    """The three ways (see the module's docstring), then the fault-free reference run for the digests."""
+def run(
+    window_s: float = 60.0, cycles: int = 1, settle_s: float = 20.0, seed: int = 0, model: Model | None = None, ways: tuple[Way, ...] = tuple(Way)
+) -> list[Row]:  # fmt: skip
+    """The ways (see the module's docstring), then the fault-free reference run for the digests."""
     model = model or Model()
     rates = (*CYCLE * cycles, None)
     missing = ray_train_available()
@@ -707,7 +722,7 @@ def run(window_s: float = 60.0, cycles: int = 1, settle_s: float = 20.0, seed: i
         print(f"bench.state_goodput: {missing}", flush=True)
     outcomes: dict[Way, Outcome] = {}
     with _cluster() as address, tempfile.TemporaryDirectory(prefix="state-goodput-") as tmp:
-        for way in Way:
+        for way in ways:
             if way is Way.RAY_TRAIN and missing:
                 continue
             job = _start(way, model, address, Path(tmp) / way.name.lower())
@@ -735,8 +750,8 @@ def _recoveries(job: Job) -> str:
 
 def _start(way: Way, model: Model, address: str, workdir: Path) -> Job:
     workdir.mkdir(parents=True, exist_ok=True)
-    if way in (Way.SUPERVISED, Way.SUPERVISED_ALL):
-        job: Any = SupervisedJob(model, one_for_all=way is Way.SUPERVISED_ALL)
+    if way in SUPERVISED_WAYS:
+        job: Any = SupervisedJob(model, one_for_all=way is Way.SUPERVISED_ALL, forked=way is Way.SUPERVISED_FORKED)
     elif way is Way.CHECKPOINT_RESTART:
         job = CheckpointRestartJob(model, workdir / "checkpoints")
     else:
@@ -779,13 +794,15 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pad-mb", type=float, default=0.0, help="MiB of extra state per rank (the example's model has a few KiB)")
+    parser.add_argument("--ways", default=",".join(w.name.lower() for w in Way), help="the ways to run, comma-separated (default: all)")
     args = parser.parse_args()
+    ways = tuple(Way[name.strip().upper()] for name in args.ways.split(","))
     chosen = settings(args.quick)
     if args.window_s is not None:
         chosen["window_s"] = args.window_s
     if args.cycles is not None:
         chosen["cycles"] = args.cycles
-    print_rows(run(seed=args.seed, model=Model(pad_mb=args.pad_mb), **chosen))
+    print_rows(run(seed=args.seed, model=Model(pad_mb=args.pad_mb), ways=ways, **chosen))
 
 
 if __name__ == "__main__":

@@ -128,7 +128,6 @@ def test_report_is_ok_only_without_violations_losses_or_leaks(tmp_path):
 LIFECYCLE_ONLY_IN_QUICK = ("starvation", "teardown", "slow-stop", "detach-gc")
 
 
-@pytest.mark.chaos
 @pytest.mark.timeout(1500)
 def test_every_scenario_holds_its_invariants_in_the_quick_profile(tmp_path):
     """``python -m chaos all --quick``: actor kills, a node loss, daemon kills, a hang, a crash loop,
