@@ -787,6 +787,18 @@ def rows(outcomes: dict[Way, Outcome], window_s: float) -> list[Row]:
     return out
 
 
+WAY_NAMES = ",".join(w.name.lower() for w in Way)
+
+
+def parse_ways(text: str) -> tuple[Way, ...]:
+    """``--ways``: comma-separated names of :class:`Way` members, any case."""
+    chosen = [name.strip().upper() for name in text.split(",") if name.strip()]
+    unknown = [name.lower() for name in chosen if name not in Way.__members__]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown way(s) {', '.join(unknown) or '(none given)'}: the ways are {WAY_NAMES}")
+    return tuple(Way[name] for name in chosen)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a smoke run: 15 s windows, 3 s settling")
@@ -794,15 +806,14 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pad-mb", type=float, default=0.0, help="MiB of extra state per rank (the example's model has a few KiB)")
-    parser.add_argument("--ways", default=",".join(w.name.lower() for w in Way), help="the ways to run, comma-separated (default: all)")
+    parser.add_argument("--ways", type=parse_ways, default=tuple(Way), help=f"the ways to run, comma-separated (default: all: {WAY_NAMES})")
     args = parser.parse_args()
-    ways = tuple(Way[name.strip().upper()] for name in args.ways.split(","))
     chosen = settings(args.quick)
     if args.window_s is not None:
         chosen["window_s"] = args.window_s
     if args.cycles is not None:
         chosen["cycles"] = args.cycles
-    print_rows(run(seed=args.seed, model=Model(pad_mb=args.pad_mb), ways=ways, **chosen))
+    print_rows(run(seed=args.seed, model=Model(pad_mb=args.pad_mb), ways=args.ways, **chosen))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ benchmarks themselves are a separate command (``python -m bench``), never timed 
 
 from __future__ import annotations
 
+import pytest
+
 from bench.__main__ import render
 from bench.common import Row, Stat
 
@@ -168,6 +170,18 @@ def test_state_goodput_kills_come_at_a_windows_start_and_every_interval_inside_i
     assert kill_times(0.0, 60.0, 10.0) == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
     assert kill_times(0.0, 15.0, 30.0) == [0.0] and kill_times(0.0, 15.0, 10.0) == [0.0, 10.0]
     assert kill_times(0.0, 60.0, None) == []
+
+
+def test_state_goodput_ways_are_chosen_by_name_and_an_unknown_one_is_named():
+    import argparse
+
+    from bench.state_goodput import Way, parse_ways
+
+    assert parse_ways("supervised_forked, RAY_TRAIN") == (Way.SUPERVISED_FORKED, Way.RAY_TRAIN)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown way.s. forked: the ways are supervised,"):
+        parse_ways("forked")
+    with pytest.raises(argparse.ArgumentTypeError, match="none given"):
+        parse_ways(" , ")
 
 
 def test_a_process_is_named_by_pid_and_start_time_and_a_stale_one_is_never_killed():
