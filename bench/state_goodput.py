@@ -293,11 +293,14 @@ class _Loop:
 
 
 class SupervisedJob(_Loop):
-    """``one_for_all``: a death replaces every rank at once (the survivors too) instead of waiting
-    for them to leave the collective the dead rank was in. ``forked``: one standby, and a zygote per
-    node (``standby_preload``) that fresh ranks are forked from instead of each importing torch."""
+    """One of :data:`SUPERVISED_WAYS`. one_for_all (and forked): a death replaces every rank at once
+    (the survivors too) instead of waiting for them to leave the collective the dead rank was in.
+    Forked: one standby, and a zygote per node (``standby_preload``) that fresh ranks are forked from
+    instead of each importing torch."""
 
-    def __init__(self, model: Model, one_for_all: bool = False, forked: bool = False) -> None:
+    PREFIXES = {Way.SUPERVISED: "sg-supervised-", Way.SUPERVISED_ALL: "sg-all-", Way.SUPERVISED_FORKED: "sg-forked-"}
+
+    def __init__(self, model: Model, way: Way = Way.SUPERVISED) -> None:
         from supervisor import SupervisionConfig
         from supervisor.state import StateConfig, StateKind
         from supervisor.supervision import GroupSupervisor
@@ -305,9 +308,9 @@ class SupervisedJob(_Loop):
         from supervisor.supervision.restart_policy import RestartPolicy, RestartStrategy
 
         super().__init__()
-        prefix = "sg-forked-" if forked else "sg-all-" if one_for_all else "sg-supervised-"
-        self.pool, self.group = _pool_and_group(model, prefix, spares=forked)
-        strategy = RestartStrategy.ONE_FOR_ALL if one_for_all or forked else RestartStrategy.ONE_FOR_ONE
+        forked = way is Way.SUPERVISED_FORKED
+        self.pool, self.group = _pool_and_group(model, self.PREFIXES[way], spares=forked)
+        strategy = RestartStrategy.ONE_FOR_ONE if way is Way.SUPERVISED else RestartStrategy.ONE_FOR_ALL
         standbys = dict(standbys=1, standby_check_s=0.5, standby_preload=PRELOAD) if forked else {}
         config = SupervisionConfig(
             init_method="init_model", probe_period_s=1.0,
@@ -751,7 +754,7 @@ def _recoveries(job: Job) -> str:
 def _start(way: Way, model: Model, address: str, workdir: Path) -> Job:
     workdir.mkdir(parents=True, exist_ok=True)
     if way in SUPERVISED_WAYS:
-        job: Any = SupervisedJob(model, one_for_all=way is Way.SUPERVISED_ALL, forked=way is Way.SUPERVISED_FORKED)
+        job: Any = SupervisedJob(model, way)
     elif way is Way.CHECKPOINT_RESTART:
         job = CheckpointRestartJob(model, workdir / "checkpoints")
     else:

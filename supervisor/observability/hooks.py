@@ -209,7 +209,7 @@ class ObservingHooks(LifecycleHooks):
     def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
         metrics.STATE_ROLLBACKS.labels(group=group, medium=medium).inc()
         for name in groups:
-            metrics.STATE_RESTORE.labels(group=name, kind="disk" if medium == "disk" else "snapshot").observe(seconds)
+            metrics.STATE_RESTORE.labels(group=name, kind=metrics.restore_kind(medium)).observe(seconds)
 
 
 def default_hooks() -> LifecycleHooks:

@@ -41,6 +41,7 @@ __all__ = [
     "BUILD_INFO",
     "STATE_SNAPSHOT",
     "STATE_RESTORE",
+    "restore_kind",
     "STATE_ROLLBACKS",
     "STATE_SNAPSHOT_STEP",
     "STATE_SNAPSHOT_TIME",
@@ -141,6 +142,14 @@ STATE_RESTORE = Histogram(
     "supervisor_state_restore_seconds", "Time to load restored state into a group's ranks, by source.",
     ["group", "kind"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
+
+
+def restore_kind(medium: str) -> str:
+    """:data:`STATE_RESTORE`'s ``kind`` of a load from a snapshot's ``medium`` ("memory" or "disk"); a
+    copy from a live peer is ``"peer"``."""
+    return "disk" if medium == "disk" else "snapshot"
+
+
 STATE_ROLLBACKS = Counter(
     "supervisor_state_rollbacks_total", "Rollbacks a group's failure caused (every stateful group of the job goes back), by source.",
     ["group", "medium"], registry=REGISTRY,

@@ -31,6 +31,7 @@ from ..core.state_endpoints import DISK_MARKER
 from ..errors import ConfigError, RolledBack, StateLostError, first_line
 from ..fencing import UNFENCED, Fence
 from ..observability.log import get_logger
+from ..observability.metrics import restore_kind
 from .keeper import KeeperSet
 from .kinds import KEEP_SNAPSHOTS, StateConfig, StateKind
 from .planning import (
@@ -500,8 +501,7 @@ class StateDomain:
             raise StateLostError(f"group {group.name}: rank(s) {ranks} could not load step {step}: {first_line(exc)}") from exc
         seconds = time.perf_counter() - started
         log.info("state_restored_to_rollback", group=group.name, ranks=ranks, step=step, medium=target.medium.value)
-        kind = "disk" if target.medium is CopyMedium.DISK else "snapshot"  # the metric's kinds: peer, snapshot, disk
-        self.hooks.on_state_restored(group.name, kind, seconds, tuple(ranks))
+        self.hooks.on_state_restored(group.name, restore_kind(target.medium.value), seconds, tuple(ranks))
         return seconds
 
     def roll_back(self, group: WorkerGroup, cause: str) -> Rollback:
