@@ -93,11 +93,12 @@ class Way(enum.Enum):
     SUPERVISED = "supervised (sharded state, snapshot every step)"
     SUPERVISED_ALL = "supervised, one_for_all (sharded state, snapshot every step)"
     SUPERVISED_FORKED = "supervised, one_for_all, ranks forked from zygotes (a standby, standby_preload)"
+    SUPERVISED_STANDBYS = "supervised, one_for_all, a warm standby per rank (forked from zygotes)"
     CHECKPOINT_RESTART = "checkpoint-restart (DCP every step)"
     RAY_TRAIN = "Ray Train v2 (report(checkpoint) every step)"
 
 
-SUPERVISED_WAYS = (Way.SUPERVISED, Way.SUPERVISED_ALL, Way.SUPERVISED_FORKED)
+SUPERVISED_WAYS = (Way.SUPERVISED, Way.SUPERVISED_ALL, Way.SUPERVISED_FORKED, Way.SUPERVISED_STANDBYS)
 # What a zygote imports once, so a fork of it starts without: torch and the worker's module (not Ray).
 PRELOAD = ("torch", "torch.distributed.optim", "tensordict", "examples.rlhf.training")
 
@@ -242,12 +243,12 @@ class Job(Protocol):
         ...
 
 
-def _pool_and_group(model: Model, prefix: str, pool: Any = None, spares: bool = False) -> tuple[Any, Any]:
-    """``spares``: one spare bundle per node, for a standby."""
+def _pool_and_group(model: Model, prefix: str, pool: Any = None, spares: int = 0) -> tuple[Any, Any]:
+    """``spares``: spare bundles for standbys (spread over the nodes)."""
     from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
     from supervisor.supervision.init_policy import InitPolicy
 
-    capacity = 1.0 + len(RANKS_PER_NODE) / WORLD if spares else 1.0
+    capacity = 1.0 + spares / WORLD
     pool = pool or ResourcePool(RANKS_PER_NODE, use_gpu=True, max_colocate_count=1, name_prefix=prefix, capacity_factor=capacity)
     group = create_group(pool, ClassWithInitArgs(GoodputWorker, **asdict(model)), name_prefix=prefix)
     init_group(group, "init_model", policy=InitPolicy(timeout_s=120, attempts=3, backoff_initial_s=0.05, backoff_max_s=0.5, backoff_jitter_s=0.0))
@@ -298,7 +299,10 @@ class SupervisedJob(_Loop):
     Forked: one standby, and a zygote per node (``standby_preload``) that fresh ranks are forked from
     instead of each importing torch."""
 
-    PREFIXES = {Way.SUPERVISED: "sg-supervised-", Way.SUPERVISED_ALL: "sg-all-", Way.SUPERVISED_FORKED: "sg-forked-"}
+    PREFIXES = {Way.SUPERVISED: "sg-supervised-", Way.SUPERVISED_ALL: "sg-all-", Way.SUPERVISED_FORKED: "sg-forked-", Way.SUPERVISED_STANDBYS: "sg-standbys-"}
+    # Standbys a way keeps (one spare bundle each): one per node, or one per rank, so that a
+    # one_for_all restart is all take-overs and forks none.
+    STANDBYS = {Way.SUPERVISED_FORKED: len(RANKS_PER_NODE), Way.SUPERVISED_STANDBYS: WORLD}
 
     def __init__(self, model: Model, way: Way = Way.SUPERVISED) -> None:
         from supervisor import SupervisionConfig
@@ -308,10 +312,14 @@ class SupervisedJob(_Loop):
         from supervisor.supervision.restart_policy import RestartPolicy, RestartStrategy
 
         super().__init__()
-        forked = way is Way.SUPERVISED_FORKED
-        self.pool, self.group = _pool_and_group(model, self.PREFIXES[way], spares=forked)
+        spares = self.STANDBYS.get(way, 0)
+        self.pool, self.group = _pool_and_group(model, self.PREFIXES[way], spares=spares)
         strategy = RestartStrategy.ONE_FOR_ONE if way is Way.SUPERVISED else RestartStrategy.ONE_FOR_ALL
-        standbys = dict(standbys=1, standby_check_s=0.5, standby_preload=PRELOAD) if forked else {}
+        standbys: dict[str, Any] = {}
+        if way is Way.SUPERVISED_FORKED:  # one standby: the spare bundle of the dead rank's node is for it
+            standbys = dict(standbys=1, standby_check_s=0.5, standby_preload=PRELOAD)
+        elif spares:
+            standbys = dict(standbys=spares, standby_check_s=0.5, standby_preload=PRELOAD, standby_warmup_method="warm_up")
         config = SupervisionConfig(
             init_method="init_model", probe_period_s=1.0,
             init_policy=InitPolicy(timeout_s=120, attempts=3, backoff_initial_s=0.05, backoff_max_s=0.5, backoff_jitter_s=0.0),

@@ -162,3 +162,43 @@ def test_init_model_again_joins_a_new_rendezvous_and_trains(ray_cluster, no_leak
 
         group.import_state(states)
         train(group, 1, first=2)
+
+
+@pytest.mark.parametrize(("cls", "module"), [(ActorUpdateWorker, "torch.distributed.optim"), (CriticWorker, "torch.nn.parallel")])
+def test_a_standbys_warm_up_imports_what_its_init_would(cls, module):
+    """In a fresh process (this one has imported everything already): the standby's ``warm_up``
+    leaves the init only the collective and the model to do."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys; from examples.rlhf.training import {cls.__name__} as W; "
+        f"before = {module!r} in sys.modules; W().warm_up(); W().warm_up(); print(before, {module!r} in sys.modules)"
+    )
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True"], out.stderr[-2000:]
+
+
+def test_a_rank_waits_for_rank_zeros_store_listener_and_gives_up_at_its_timeout():
+    """``_wait_for_listener``: returns as soon as the port accepts (not after a client's retry
+    backoff), and after its timeout when nothing ever listens (the store's connect then says why)."""
+    import socket
+    import threading
+    import time
+
+    from examples.rlhf.training import _wait_for_listener
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    threading.Timer(0.3, lambda: listener.listen(4)).start()
+    started = time.monotonic()
+    try:
+        _wait_for_listener("127.0.0.1", port, timeout_s=10.0)
+        assert 0.25 < time.monotonic() - started < 1.0
+    finally:
+        listener.close()
+    started = time.monotonic()
+    _wait_for_listener("127.0.0.1", port, timeout_s=0.3)  # closed: nothing listens there now
+    assert 0.3 <= time.monotonic() - started < 1.5

@@ -86,12 +86,17 @@ def rendezvous_store(addr: str, port: int, rank: int, world_size: int) -> Any:
     ``init_method="tcp://addr:port"`` would have rank 0's TCPStore listen on every address of its
     host, whatever ``addr`` says; the supervisor keeps every listener on the address Ray uses (the
     loopback on one machine), so rank 0 binds the socket itself and hands it to the store.
+
+    The other ranks first wait for rank 0's listener themselves: a TCPStore client that finds no
+    listener retries only after a backoff (measured: 0.2-0.8 s lost per re-formed group, when the
+    supervisor's init reached a rank before rank 0).
     """
     import socket
 
     import torch.distributed as dist
 
     if rank != 0:
+        _wait_for_listener(addr, port, COLLECTIVE_TIMEOUT.total_seconds())
         return dist.TCPStore(addr, port, world_size, False, COLLECTIVE_TIMEOUT)
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
@@ -103,6 +108,21 @@ def rendezvous_store(addr: str, port: int, rank: int, world_size: int) -> Any:
         listener.close()
         raise
     return dist.TCPStore(addr, port, world_size, True, COLLECTIVE_TIMEOUT, wait_for_workers=False, master_listen_fd=listener.detach())
+
+
+def _wait_for_listener(addr: str, port: int, timeout_s: float, poll_s: float = 0.005) -> None:
+    """Until something accepts connections on ``addr:port`` (or ``timeout_s``: the store's own
+    connect then reports the failure)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((addr, port), timeout=1.0).close()
+            return
+        except OSError:
+            time.sleep(poll_s)
 
 
 def build_mlp(in_dim: int, hidden: int, out_dim: int, seed: int, pad_mb: float) -> torch.nn.Sequential:
@@ -181,6 +201,8 @@ class _TrainingWorker(Worker):
     """
 
     state_kind: ClassVar[str] = "none"
+    # What _build imports beyond torch.distributed: a standby's warm_up imports it ahead of its takeover.
+    wrapper_modules: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -259,6 +281,17 @@ class _TrainingWorker(Worker):
         self._model = model
         self.step = 0
         return {"rank": self.rank, "step": self.step, "digest": state_digest(self.state_dict())}
+
+    def warm_up(self) -> None:
+        """A standby's preparation before it counts as ready (the group's ``standby_warmup_method``):
+        the imports :meth:`init_model` would pay for, so the init after a takeover only joins the
+        collective and builds the model. Rank-independent, and harmless to repeat."""
+        import importlib
+
+        import torch.distributed  # noqa: F401
+
+        for module in self.wrapper_modules:
+            importlib.import_module(module)
 
     def build_in_process_group(self) -> None:
         """Build the model and optimizer from scratch in the process group this process is already in.
@@ -431,6 +464,7 @@ class ActorUpdateWorker(_TrainingWorker):
     """
 
     state_kind: ClassVar[str] = "sharded"
+    wrapper_modules: ClassVar[tuple[str, ...]] = ("torch.distributed.optim",)
 
     def _build(self, model: torch.nn.Module) -> tuple[torch.nn.Module, Any]:
         import torch
@@ -477,6 +511,7 @@ class CriticWorker(_TrainingWorker):
     """
 
     state_kind: ClassVar[str] = "replicated"
+    wrapper_modules: ClassVar[tuple[str, ...]] = ("torch.nn.parallel",)
 
     def _build(self, model: torch.nn.Module) -> tuple[torch.nn.Module, Any]:
         import torch
