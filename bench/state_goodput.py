@@ -13,6 +13,9 @@ steps as fast as it can in each way, on the same model, data and kill schedule:
   are not waited for in a collective the dead rank left) and one standby, whose per-node zygote
   (``standby_preload``: torch and the worker's module) the fresh ranks are forked from instead of each
   importing torch (``--ways supervised_forked`` runs it alone);
+* **supervised, one_for_all, a warm standby per rank**: the same with as many standbys as ranks (one
+  spare bundle each, forked from the zygotes, ``warm_up`` run), so that a death's restart of every
+  rank is take-overs only: nothing is started or imported while the job waits;
 * **checkpoint-restart**: the same worker unsupervised; after every step each rank writes its state
   with ``torch.distributed.checkpoint`` to disk (in the same call as the step). A death ends the
   group: the driver kills every rank, starts a new group (new actors in the placement groups it

@@ -58,6 +58,14 @@ def one_node_cluster():
         cluster.shutdown()
 
 
+@pytest.fixture(scope="session")
+def example_run(tmp_path_factory):
+    """The README's main job, run once per session (tests/example_run.py) for every test that checks it."""
+    from example_run import run_example_job
+
+    return run_example_job(tmp_path_factory.mktemp("example-run"))
+
+
 @pytest.fixture
 def no_leaks(ray_cluster):
     """Fails the test if it leaves a live placement group or a live actor behind."""

@@ -1,14 +1,9 @@
-"""The README's main job: `supervisor start examples/rlhf/rlhf.toml` on its embedded two-node Ray."""
+"""The README's main job: `supervisor start examples/rlhf/rlhf.toml` on its embedded two-node Ray
+(run once per session, ``example_run``; test_security.py judges the same run's listeners)."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _processes_of(gcs_address: str) -> list[str]:
@@ -18,14 +13,9 @@ def _processes_of(gcs_address: str) -> list[str]:
     return [line for line in out.splitlines() if "pgrep" not in line]
 
 
-def test_the_example_job_runs_to_completion_and_leaves_nothing_running():
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "supervisor"), "start", "examples/rlhf/rlhf.toml", "--log-json"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
-    )  # fmt: skip
-    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_the_example_job_runs_to_completion_and_leaves_nothing_running(example_run):
+    events = example_run.events
+    assert example_run.returncode == 0, example_run.log_tail
     steps = [e for e in events if e["event"] == "rlhf_step"]
     assert [e["step"] for e in steps] == list(range(20))
     assert all(e["rollout_s"] > 0 and e["ref_s"] > 0 and e["ref_log_prob_mean"] <= 0 for e in steps)

@@ -15,7 +15,6 @@ import ipaddress
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import stat
@@ -28,73 +27,14 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import BIN, TESTS_DIR, log_events
+from example_run import TEST_HOST_IP, USER_ENV
+from example_run import on_loopback as _on_loopback
+from example_run import stop as _stop
 
 from supervisor.daemon.auth import RUNTIME_DIR_ENV
 from supervisor.daemon.loopback import LOOPBACK_ENV
 
 REPO = TESTS_DIR.parent
-TEST_HOST_IP = "10.99.0.1"  # the namespace's own address: what Ray's address discovery finds there
-# A namespace with only `lo`, given a second, non-loopback address and a default route through it, so
-# that an address picked "from the outside" is TEST_HOST_IP. No packet leaves it.
-NETNS_SETUP = f"ip link set lo up && ip addr add {TEST_HOST_IP}/32 dev lo && ip route add default dev lo src {TEST_HOST_IP}"
-# A user's shell: neither the loopback variable nor any of Ray's token variables.
-USER_ENV = {k: v for k, v in os.environ.items() if k != LOOPBACK_ENV and not k.startswith("RAY_AUTH")}
-
-
-def _netns_unavailable() -> str | None:
-    for tool in ("unshare", "nsenter", "ip", "ss"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    probe = subprocess.run(["unshare", "-n", "sh", "-c", NETNS_SETUP], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"cannot make a private network namespace here (unshare -n needs root): {probe.stderr.strip()}"
-    return None
-
-
-def _wait_for_namespace(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """Until ``proc`` runs in a network namespace of its own that has the test-host address (before
-    that, nsenter would enter this one)."""
-    own = os.readlink("/proc/self/ns/net")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if os.readlink(f"/proc/{proc.pid}/ns/net") != own:
-                addrs = subprocess.run(["nsenter", "-t", str(proc.pid), "-n", "ip", "-o", "addr"], capture_output=True, text=True).stdout
-                if f"{TEST_HOST_IP}/32" in addrs and "default" in subprocess.run(
-                    ["nsenter", "-t", str(proc.pid), "-n", "ip", "route"], capture_output=True, text=True
-                ).stdout:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"the daemon did not get its own network namespace within {timeout_s}s (exit {proc.poll()})")
-
-
-def _listen_addresses(pid: int) -> set[str]:
-    """The local address of every TCP listener in the network namespace of ``pid``."""
-    out = subprocess.run(["nsenter", "-t", str(pid), "-n", "ss", "-ltnH"], capture_output=True, text=True).stdout
-    return {line.split()[3] for line in out.splitlines() if len(line.split()) >= 4}
-
-
-def _on_loopback(local: str) -> bool:
-    host = local.rpartition(":")[0].strip("[]")
-    if host in ("*", ""):
-        return False
-    ip = ipaddress.ip_address(host.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM (the daemon tears down), then SIGKILL if it takes too long."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
 
 
 def test_listener_addresses_are_judged_right():
@@ -102,40 +42,21 @@ def test_listener_addresses_are_judged_right():
     assert not any(_on_loopback(a) for a in ("0.0.0.0:80", "*:80", "[::]:80", f"{TEST_HOST_IP}:80", "[::ffff:10.99.0.1]:80"))
 
 
-def test_the_example_job_listens_on_loopback_only(tmp_path):
-    """`supervisor start examples/rlhf/rlhf.toml` from a user's shell, in a namespace with an address of its own."""
-    reason = _netns_unavailable()
-    if reason:
-        pytest.skip(reason)
-    log = tmp_path / "daemon.log"
-    command = f"{NETNS_SETUP} && exec {BIN / 'supervisor'} start examples/rlhf/rlhf.toml --log-json"
-    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp_path / "run")}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(["unshare", "-n", "sh", "-c", command], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    seen: set[str] = set()
-    try:
-        _wait_for_namespace(proc)
-        # The namespace is one where Ray, left to itself, would pick the test-host address (so the
-        # assertion below is not true for want of any other address).
-        discovered = subprocess.run(
-            ["nsenter", "-t", str(proc.pid), "-n", sys.executable, "-c",
-             "from ray._common.network_utils import node_ip_address_from_perspective as f; print(f())"],
-            env=USER_ENV, capture_output=True, text=True, timeout=60,
-        ).stdout.strip()  # fmt: skip
-        assert discovered == TEST_HOST_IP
-        deadline = time.monotonic() + 240
-        while proc.poll() is None and time.monotonic() < deadline:
-            seen |= _listen_addresses(proc.pid)
-            time.sleep(0.5)
-    finally:
-        _stop(proc)
-    events = log_events(log)
-    assert proc.returncode == 0, log.read_text()[-3000:]
+def test_the_example_job_listens_on_loopback_only(example_run):
+    """`supervisor start examples/rlhf/rlhf.toml` from a user's shell, in a namespace with an address
+    of its own (the session's run of the example job, tests/example_run.py)."""
+    if example_run.listeners is None:
+        pytest.skip(example_run.netns_unavailable)
+    # Ray, left to itself, would pick the test-host address there: the check below is not passed for
+    # want of any other address.
+    assert example_run.discovered_ip == TEST_HOST_IP
+    assert example_run.returncode == 0, example_run.log_tail
+    events = example_run.events
     assert [e["run_steps"] for e in events if e["event"] == "rlhf_done"] == [20]
     # GCS, 2 raylets with their object managers and agents, 6 workers, the KV actor, the daemon and
     # its exporter: far more than this many, on a run that really used the cluster.
-    assert len(seen) >= 15, seen
-    assert sorted(a for a in seen if not _on_loopback(a)) == []
+    assert len(example_run.listeners) >= 15, example_run.listeners
+    assert sorted(a for a in example_run.listeners if not _on_loopback(a)) == []
     (started,) = [e for e in events if e["event"] == "embedded_ray_started"]
     assert started["address"].startswith("127.0.0.1:")
     assert not Path(started["auth_token_path"]).exists(), "the token file outlived the embedded Ray"
