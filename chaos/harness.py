@@ -30,6 +30,8 @@ __all__ = [
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_DEDUP_LOGS": "0"}
+# As examples/rlhf/rlhf.toml: every rank forked from its node's zygote, which imported these once.
+PRELOAD = ("torch", "torch.distributed.optim", "tensordict")
 # 6 GPUs a node, as examples/rlhf/rlhf.toml: the job's 10 ranks fit on two nodes, and still fit on what
 # is left after a node loss (before a node is added back).
 GPU_NODE = {"num_cpus": 6, "num_gpus": 6}
@@ -171,6 +173,7 @@ class JobOptions:
         group = textwrap.dedent(
             f"""
             env = {{ RLHF_FAULT_DIR = "{fault_dir}" }}
+            preload = {json.dumps(list(PRELOAD))}
             init_method = "init_model"
             init_timeout_s = 120.0
             init_attempts = {self.init_attempts}

@@ -37,6 +37,9 @@ __all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "GroupPlacement"]
 
 # Named actors are looked up per namespace; a fixed one lets any driver find a detached group.
 DEFAULT_NAMESPACE = "ray_supervisor"
+# How long a group's first ranks wait for the zygotes of their nodes (their imports) before those still
+# missing start as plain processes: a zygote that takes longer is slowed by something a plain start would be too.
+FIRST_FORK_WAIT_S = 120.0
 
 log = get_logger("group")
 
@@ -115,6 +118,7 @@ class WorkerGroup:
         master_port: int | str | None = None,
         adopt: bool = False,
         placement: GroupPlacement | None = None,
+        zygotes: NodeZygotes | None = None,
     ) -> None:
         self.name_prefix = validate_name_prefix(name_prefix) if name_prefix else f"wg-{uuid.uuid4().hex[:6]}-"
         self.namespace = namespace
@@ -133,7 +137,10 @@ class WorkerGroup:
         self._slots: list[BundleSlot] = []  # each rank's identity in the layout (LOCAL_RANK, ...)
         self._bundles: list[BundleRef] = []  # each rank's bundle now (a standby's, after it took over)
         self._standbys: dict[BundleRef, Standby] = {}
-        self._zygotes: NodeZygotes | None = None  # the nodes' zygotes standbys fork from, once asked for
+        # The nodes' zygotes fresh actors fork from: given (the job's, shared by its groups, never
+        # killed with this group), or this group's own once standbys with a preload ask for them.
+        self._zygotes: NodeZygotes | None = zygotes
+        self._zygotes_shared = zygotes is not None
         self._pgs: list[Any] = []  # the pool's placement groups in rank order, then its spare group
         self._rendezvous: Rendezvous | None = None
         self._dispatch_info: dict[str, list[int]] = {}
@@ -206,12 +213,13 @@ class WorkerGroup:
             # Rank 0 is created now, so its rendezvous is picked now on its bundle's node, never on
             # an adopted group's earlier port (stale peers may still connect to it).
             self._pick_new_rendezvous()
+        launchers = self._first_launchers(pool, [b for rank, b in enumerate(bundles) if rank not in existing])
         created: list[Any] = []
         try:
             for slot, name in zip(slots, names, strict=True):
                 handle = existing.get(slot.rank)
                 if handle is None:
-                    handle = self._create_actor(bundles[slot.rank], name, self._rank_env(slot.rank))
+                    handle = self._create_actor(bundles[slot.rank], name, self._rank_env(slot.rank), launchers.get(bundles[slot.rank]))
                     created.append(handle)
                 self._workers.append(handle)
                 self._worker_names.append(name)
@@ -234,6 +242,23 @@ class WorkerGroup:
             pool=pool.name_prefix,
             master=f"{self._rendezvous.master_addr}:{self._rendezvous.master_port}",
         )
+
+    def _first_launchers(self, pool: ResourcePool, bundles: list[BundleRef]) -> dict[BundleRef, ZygoteLauncher]:
+        """With the job's zygotes: how to fork each of ``bundles``' first actor, once the zygotes of
+        their nodes are ready (waited for: each rank would otherwise pay for the imports itself, all
+        at once). A bundle whose node has none ready starts plainly."""
+        if self._zygotes is None or not self._zygotes_shared:
+            return {}
+        try:
+            nodes = pool.original_bundle_nodes()
+            if not bundles:  # every actor adopted: the zygotes come up for later replacements, unwaited
+                self._zygotes.warm(nodes.values())
+                return {}
+            ready = self._zygotes.wait_ready((nodes.get(b, "") for b in bundles), FIRST_FORK_WAIT_S)
+        except Exception as exc:  # a plain start is always possible
+            log.warning("zygotes_unavailable", group=self.name_prefix, error=first_line(exc))
+            return {}
+        return {b: launcher for b in bundles if (launcher := ready.get(nodes.get(b, ""))) is not None}
 
     def _rank_env(self, rank: int) -> dict[str, str]:
         """The environment of ``rank`` (what its actor starts with, or a standby adopts)."""
@@ -392,9 +417,9 @@ class WorkerGroup:
     ) -> Any:
         """Kill rank ``rank``'s actor and create a fresh one into the same bundle (or into ``bundle``).
 
-        The new actor has the same name, rank and environment; where standbys with a preload started
-        a zygote on the bundle's node, it is forked from it as they are (unless not ``fork``: a plain
-        start, for retries after a failure). Replacing rank 0 also replaces the
+        The new actor has the same name, rank and environment; where the group's zygotes (the job's,
+        or those its standbys' preload started) have a ready one on the bundle's node, it is forked
+        from it (unless not ``fork``: a plain start, for retries after a failure). Replacing rank 0 also replaces the
         rendezvous (it lives on rank 0's node): once the old actor is gone a fresh MASTER_ADDR/PORT is
         picked on its bundle and the new rank 0 starts with it; live ranks learn it through
         :meth:`propagate_rendezvous`. Only groups that created their actors can replace them.
@@ -425,9 +450,9 @@ class WorkerGroup:
         return handle
 
     def _fork_launcher(self, bundle: BundleRef) -> ZygoteLauncher | None:
-        """How to fork a fresh rank in ``bundle`` from its node's zygote: only once standbys with a
-        preload started zygotes, and only when the one of the bundle's node is ready (a replacement
-        starts none). Any error means a plain start: the old actor is gone already."""
+        """How to fork a fresh rank in ``bundle`` from its node's zygote: only with the job's zygotes
+        or once standbys with a preload started some, and only when the one of the bundle's node is
+        ready (a replacement starts none). Any error means a plain start: the old actor is gone already."""
         from ray.util import placement_group_table
 
         if self._zygotes is None:
@@ -494,6 +519,8 @@ class WorkerGroup:
             raise ConfigError(f"group {self.name_prefix} did not create its actors, so it cannot start standbys")
         env = standby_env_vars(len(self._slots), self.name_prefix, self._rendezvous, self.worker_env, nice, sched_idle)
         started = []
+        if not preload and self._zygotes_shared and self._zygotes is not None:
+            preload = self._zygotes.preload  # the job's zygotes, which the ranks were forked from
         if preload:  # a zygote on every node of the group: a standby may next be due in any of its bundles
             self._zygotes_of(preload).warm((nodes or {}).values())
         for bundle in bundles:
@@ -509,14 +536,15 @@ class WorkerGroup:
 
     @property
     def zygotes(self) -> NodeZygotes | None:
-        """The nodes' zygotes standbys and fresh replacements are forked from (None until standbys
-        with a preload start)."""
+        """The nodes' zygotes fresh actors are forked from: the job's (given at creation), or the
+        group's own once standbys with a preload start (None: neither)."""
         return self._zygotes
 
     def _zygotes_of(self, preload: tuple[str, ...]) -> NodeZygotes:
         if self._zygotes is None or self._zygotes.preload != tuple(preload):
-            if self._zygotes is not None:
+            if self._zygotes is not None and not self._zygotes_shared:
                 self.fence.kill_actors(self._zygotes.take_handles())
+            self._zygotes_shared = False  # standbys of another preload: zygotes of this group's own
             runtime_env = self.cls_with_init.options.get("runtime_env") if self.cls_with_init is not None else None
             self._zygotes = NodeZygotes(
                 self.name_prefix, self.namespace, tuple(preload), self.detached, lambda handles: self.fence.kill_actors(handles), runtime_env
@@ -781,7 +809,7 @@ class WorkerGroup:
         import ray
 
         workers, self._workers = [*self._workers, *(s.handle for s in self._standbys.values())], []
-        keepers = self._zygotes.take_handles() if self._zygotes is not None else []
+        keepers = self._zygotes.take_handles() if self._zygotes is not None and not self._zygotes_shared else []
         self._worker_names = []
         self._slots = []
         self._bundles = []

@@ -51,6 +51,7 @@ log = get_logger("zygote")
 
 LAUNCHER = Path(__file__).with_name("zygote_launch.py")
 READY_TIMEOUT_S = 300.0  # a zygote's imports on a loaded node; a standby starts plainly meanwhile
+PROGRESS_S = 10.0  # how often a wait for zygotes says it still waits
 REQUEST_TIMEOUT_S = 2.0  # a launcher sends its request right after connecting; the loop waits no longer
 PR_SET_PDEATHSIG = 1
 
@@ -419,6 +420,34 @@ class NodeZygotes:
         with self._lock:
             for node_id in [n for n in sorted(set(node_ids)) if self._due(n)][:STARTS_PER_CALL]:
                 self._start(node_id, self._nodes.setdefault(node_id, _NodeKeeper()))
+
+    def wait_ready(self, node_ids: Iterable[str], timeout_s: float = READY_TIMEOUT_S) -> dict[str, ZygoteLauncher | None]:
+        """Start the zygotes of ``node_ids`` and wait until each is ready or has failed, at most
+        ``timeout_s``: how to fork a worker on each node (None: failed, or not ready in time; its
+        workers start as plain processes). For a group's first ranks, which would otherwise each
+        pay for the imports at once."""
+        nodes = sorted({n for n in node_ids if n})
+        started, waiting, next_report = time.monotonic(), False, 0.0
+        while True:
+            self.warm(nodes)
+            self.poll()
+            with self._lock:
+                # Not yet answered: no keeper yet (a name still held by one being killed), or started
+                # and not ready; a failed one (failures > 0) waits for its retry, not for us.
+                pending = [n for n in nodes if (k := self._nodes.get(n)) is None or (k.launcher is None and k.failures == 0)]
+            if not pending or time.monotonic() - started >= timeout_s:
+                break
+            waited = time.monotonic() - started
+            if not waiting or waited >= next_report:  # what it waits for, and (every 10 s) for how long
+                waiting, next_report = True, waited + PROGRESS_S
+                log.info("zygotes_waiting", group=self.prefix, nodes=pending, preload=list(self.preload), waited_s=round(waited, 1), timeout_s=timeout_s)
+            time.sleep(0.05)
+        with self._lock:
+            launchers = {n: (self._nodes[n].launcher if n in self._nodes else None) for n in nodes}
+        if waiting:
+            ready = sum(1 for launcher in launchers.values() if launcher is not None)
+            log.info("zygotes_waited", group=self.prefix, ready=ready, nodes=len(nodes), waited_s=round(time.monotonic() - started, 3))
+        return launchers
 
     def _due(self, node_id: str) -> bool:
         keeper = self._nodes.get(node_id)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.group import WorkerGroup
+from ..core.zygote import NodeZygotes
 from ..errors import SupersededError, SupervisorError, first_line
 from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger
@@ -163,6 +164,7 @@ class Job:
     driver: DriverRun | None = None
     kv: KVStore | None = None
     state_domain: StateDomain | None = None  # the stateful groups' snapshots and rollbacks (None: no stateful group)
+    zygotes: dict[tuple[str, ...], NodeZygotes] = field(default_factory=dict)  # per preload: the groups' shared zygotes
     fence: OwnerFence | None = None
     last_written: float | None = None  # time.monotonic() of the last record write that succeeded
     _events_written: int = -1  # EventLog.added when the event history was last written

@@ -165,6 +165,7 @@ class GroupSpec:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    preload: list[str] = field(default_factory=list)  # modules a zygote per node imports once, shared by the job's groups of the same preload; every fresh rank is forked from it
     cpus_per_worker: float = 1.0  # reserved in the bundle (Ray's num_cpus)
     gpus_per_worker: float | None = None  # reserved in the bundle; None: 1/max_colocate_count of the pool
     data_processes_per_worker: int = 0  # processes each worker starts itself (data loaders), ~1 CPU each
@@ -673,6 +674,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
         if group.standby_preload and not group.standbys:
             problems.append(f"{path}.standby_preload: given without standbys")
         problems += [f"{path}.standby_preload: {p}" for p in check_preload_names(group.standby_preload)]
+        problems += [f"{path}.preload: {p}" for p in check_preload_names(group.preload)]
         problems += _state_problems(path, group)
         check(f"{path}.env", lambda g=group: _check_env(g.env))
     if spec.ray.auth_token_path is not None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..core.actor_class import ClassWithInitArgs
 from ..core.group import GroupPlacement, WorkerGroup
+from ..core.zygote import NodeZygotes
 from ..errors import ConfigError, first_line
 from ..observability.log import get_logger
 from ..placement.budget import cluster_misfits, cpu_oversubscription
@@ -188,7 +189,7 @@ class JobStarter:
                 job.persist()
             group, new_ranks = adopt_group(
                 pool, cls_with_init, prefix, self.spec.namespace, same.master_addr if same else None,
-                same.master_port if same else None, spec.env, spec.actor_start_timeout_s, job.hooks, placement,
+                same.master_port if same else None, spec.env, spec.actor_start_timeout_s, job.hooks, placement, self._zygotes(spec),
             )  # fmt: skip
             to_init = _ranks_to_init(group, same, new_ranks)
             if spec.state.stateful and to_init:
@@ -199,7 +200,7 @@ class JobStarter:
         else:
             group = create_group(
                 pool, cls_with_init, name_prefix=prefix, detached=True, worker_env=spec.env, namespace=self.spec.namespace,
-                actor_start_timeout_s=spec.actor_start_timeout_s, hooks=job.hooks,
+                actor_start_timeout_s=spec.actor_start_timeout_s, hooks=job.hooks, zygotes=self._zygotes(spec),
             )  # fmt: skip
             to_init = list(range(group.world_size))
         record.master_addr, record.master_port = group.master_address, int(group.master_port or 0) or None
@@ -224,6 +225,20 @@ class JobStarter:
             job.groups.append(ManagedGroup(name, spec, group, supervisor))
         supervisor.start()
         log.info("group_ready", group=name, world_size=group.world_size, adopted=adopting, initialized=sorted(to_init) if spec.init_method else [])
+
+    def _zygotes(self, spec: GroupSpec) -> NodeZygotes | None:
+        """The job's zygotes for ``spec``'s preload (None: none asked for), one set per preload, shared
+        by the groups that name it: one import per node, not one per rank. Named in the supervisor's
+        namespace, so teardown, ``supervisor gc`` and a restart's clean-up remove them with the rest."""
+        if not spec.preload:
+            return None
+        preload = tuple(spec.preload)
+        job = self.job
+        if preload not in job.zygotes:
+            fence = job.fence
+            assert fence is not None
+            job.zygotes[preload] = NodeZygotes(f"{self.spec.name}.", self.spec.namespace, preload, True, fence.kill_actors)
+        return job.zygotes[preload]
 
     def _import(self, path: str) -> Any:
         return import_object(path, self.spec.python_path())

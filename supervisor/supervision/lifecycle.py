@@ -27,6 +27,7 @@ from ..core.actor_class import ClassWithInitArgs
 from ..core.group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup
 from ..core.heartbeat import Beat, read_beats
 from ..core.worker import send_probe
+from ..core.zygote import NodeZygotes
 from ..errors import ActorStartError, SupervisorError, ray_error_line
 from ..observability.hooks import LifecycleHooks, default_hooks
 from ..observability.log import get_logger
@@ -71,6 +72,7 @@ def create_group(
     autoscaling: bool = False,
     hooks: LifecycleHooks | None = None,
     group_factory: Callable[..., WorkerGroup] = WorkerGroup,
+    zygotes: NodeZygotes | None = None,
 ) -> WorkerGroup:
     """Reserve the pool and place one started actor per rank; run no user initialisation.
 
@@ -85,6 +87,9 @@ def create_group(
         hooks: lifecycle hooks (default: metrics and structured logs).
         group_factory: builds the group (called as :class:`WorkerGroup` is); an integration passes
             its WorkerGroup subclass (verl's env contract and registrations).
+        zygotes: per-node zygotes (:class:`~supervisor.core.zygote.NodeZygotes`, shared by the
+            caller's groups and owned by it) to fork the ranks from instead of starting each as a
+            fresh process: waited for on the pool's nodes first; fresh replacements fork too.
 
     Returns:
         The group, with every rank's node recorded in ``group.rank_nodes``.
@@ -103,8 +108,9 @@ def create_group(
     )
     group: WorkerGroup | None = None
     try:
+        forking = {"zygotes": zygotes} if zygotes is not None else {}  # an integration's factory may not take it
         group = group_factory(
-            resource_pool, cls_with_init, name_prefix=name_prefix, detached=detached, worker_env=worker_env, namespace=namespace
+            resource_pool, cls_with_init, name_prefix=name_prefix, detached=detached, worker_env=worker_env, namespace=namespace, **forking
         )
         group.rank_nodes = _wait_started(group, actor_start_timeout_s)
         return group
@@ -127,6 +133,7 @@ def adopt_group(
     actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S,
     hooks: LifecycleHooks | None = None,
     placement: GroupPlacement | None = None,
+    zygotes: NodeZygotes | None = None,
 ) -> tuple[WorkerGroup, list[int]]:
     """Re-attach to a detached group an earlier supervisor left, leaving every healthy actor untouched.
 
@@ -155,6 +162,7 @@ def adopt_group(
         master_port=master_port,
         adopt=True,
         placement=placement,
+        zygotes=zygotes,
     )
     new = {r for r in range(group.world_size) if r not in group.adopted_ranks}
     nodes, problems = _adopted_nodes(group, sorted(group.adopted_ranks), actor_start_timeout_s)
