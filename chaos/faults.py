@@ -44,13 +44,17 @@ def rank_nodes(record: Any) -> dict[tuple[str, int], tuple[str | None, str | Non
 
 
 def actor_ids(record: Any) -> dict[str, str]:
-    """Actor id of every named actor of the supervisor (ranks, standbys, the KV store, the owner fence)."""
+    """Actor id of every named actor of the supervisor (ranks, standbys, the KV store, the owner fence),
+    but the zygotes' keepers: a restarted daemon starts zygotes of its own (README, *Zygotes*), and
+    workers forked from the old ones run on."""
     import ray
 
     from supervisor.daemon.ownership import find_owned
 
     out = {}
     for name in find_owned(record.name).actors:
+        if name.startswith(f"{record.name}.zygote-"):
+            continue
         try:
             out[name] = ray.get_actor(name, namespace=record.namespace)._actor_id.hex()
         except ValueError:  # gone meanwhile

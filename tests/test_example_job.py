@@ -23,6 +23,13 @@ def test_the_example_job_runs_to_completion_and_leaves_nothing_running(example_r
     assert done["run_steps"] == 20
     ready = {e["group"]: e for e in events if e["event"] == "group_ready"}
     assert {g: e["world_size"] for g, e in ready.items()} == {"rollout": 4, "reference": 2, "actor": 2, "critic": 2}
+    # Every rank was forked from its node's zygote (the groups' shared `preload`): two zygotes for ten ranks.
+    assert {e["group"]: e["forked"] for e in events if e["event"] == "group_created"} == {
+        "rollout_": 4, "reference_": 2, "actor_": 2, "critic_": 2,
+    }  # fmt: skip
+    assert len([e for e in events if e["event"] == "zygote_ready"]) == 2
+    (removed,) = [e for e in events if e["event"] == "owned_resources_removed"]
+    assert len([a for a in removed["actors"] if a.startswith("rlhf-demo.zygote-")]) == 2, "teardown removed the zygotes' keepers"
     # The trained groups trained: every step's losses, and every rank ends at step 20; the critic's
     # replicas agree bit for bit, the actor's ZeRO shards differ (each rank holds its own part).
     assert all(sorted(e["losses"]) == ["actor", "critic"] and all(len(v) == 2 for v in e["losses"].values()) for e in steps)

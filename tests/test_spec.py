@@ -451,6 +451,8 @@ BAD_SPECS = [
         doc(group={"standbys": "1", "standby_preload": '["torch..nn"]'}, pool={"capacity_factor": "2.0"}),
         "'torch..nn' is not a module name", "groups.counter.standby_preload", 1, id="preload_bad_module_name",
     ),  # fmt: skip
+    pytest.param(doc(group={"preload": '["torch", "2torch"]'}), "'2torch' is not a module name", "groups.counter.preload", 1, id="group_preload_bad_module_name"),
+    pytest.param(doc(group={"preload": '"torch"'}), "expected a list of strings, got string 'torch'", "groups.counter.preload", 1, id="group_preload_a_string"),
     pytest.param(
         doc(group={"standbys": "1", "standby_nice": "20"}, pool={"capacity_factor": "2.0"}),
         "must be 0..19 (a nice increment), got 20", "groups.counter.standby_nice", 1, id="nice_out_of_range",

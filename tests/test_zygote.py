@@ -160,6 +160,65 @@ def test_a_fresh_replacement_is_forked_from_the_zygote_standbys_started(ray_clus
         pool.teardown()
 
 
+def test_groups_given_the_jobs_zygotes_fork_every_first_rank_and_leave_the_zygotes_to_their_owner(ray_cluster, no_leaks):
+    """``create_group(zygotes=...)``: the first ranks of two groups are forked from one zygote on
+    their node (one import, not one per rank); killing a group leaves the shared zygote; a fresh
+    replacement forks from it too; the owner removes the keepers."""
+    shared = NodeZygotes("zyg-job.", "ray_supervisor", ("preload_marker",), False, ray_kill_all)
+    made = []
+    try:
+        for prefix in ("zyg-a-", "zyg-b-"):
+            pool = ResourcePool([2], max_colocate_count=1, accelerator_type=NODE, name_prefix=prefix)
+            made.append((pool, create_group(pool, ClassWithInitArgs(ForkProbeWorker, start_s=0.0), name_prefix=prefix, zygotes=shared)))
+        (node,) = {n for pool, _ in made for n in pool.original_bundle_nodes().values()}
+        zygote = shared.launcher(node, start=False).pid
+        for _, group in made:
+            init_group(group, "init_model", policy=FAST_INIT)
+            assert group.zygotes is shared
+            for info in group.process_info():
+                assert info["ppid"] == zygote == info["marker_imported_in"] != info["pid"], info
+        assert group.identity()[1]["env"]["RANK"] == "1"
+
+        pool, group = made.pop(0)
+        group.kill()
+        pool.teardown()
+        assert _alive(zygote), "a group's end leaves the job's zygote"
+        _, other = made[0]
+        other.replace_worker(0)
+        info = other.process_info()[0]
+        assert info["ppid"] == zygote == info["marker_imported_in"], "a fresh replacement forks from it too"
+        assert other.init_model() == [0, 1]
+    finally:
+        for pool, group in made:
+            group.kill()
+            pool.teardown()
+        ray_kill_all(shared.take_handles())
+    _wait(lambda: not _alive(zygote), timeout_s=30, what="the zygote to exit with its keeper, killed by its owner")
+
+
+def test_a_groups_first_ranks_start_plainly_when_the_zygote_cannot_start(ray_cluster, no_leaks):
+    shared = NodeZygotes("zyg-bad.", "ray_supervisor", ("no_such_module_here",), False, ray_kill_all)
+    pool = ResourcePool([1], max_colocate_count=1, accelerator_type=NODE, name_prefix="zyg-bad-")
+    try:
+        group = create_group(pool, ClassWithInitArgs(ForkProbeWorker, start_s=0.0), name_prefix="zyg-bad-", zygotes=shared)
+        try:
+            init_group(group, "init_model", policy=FAST_INIT)
+            (info,) = group.process_info()
+            assert info["marker_imported_in"] == info["pid"], "a plain process"
+            (node,) = pool.original_bundle_nodes().values()
+            assert shared.failures(node) == 1
+        finally:
+            group.kill()
+    finally:
+        pool.teardown()
+        ray_kill_all(shared.take_handles())
+
+
+def ray_kill_all(handles):
+    for handle in handles:
+        ray.kill(handle)
+
+
 def test_a_zygote_that_cannot_start_says_why_and_standbys_start_as_plain_processes(ray_cluster, no_leaks):
     keeper = ray.remote(ZygoteKeeper).options(num_cpus=0).remote(["ray"])
     try:

@@ -241,6 +241,7 @@ class WorkerGroup:
             world_size=len(slots),
             pool=pool.name_prefix,
             master=f"{self._rendezvous.master_addr}:{self._rendezvous.master_port}",
+            forked=len(launchers),  # actors forked from the job's zygotes (the others started plainly, or were adopted)
         )
 
     def _first_launchers(self, pool: ResourcePool, bundles: list[BundleRef]) -> dict[BundleRef, ZygoteLauncher]:
