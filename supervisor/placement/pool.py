@@ -303,12 +303,14 @@ class ResourcePool:
         try:
             for pg_name, count in zip(self.placement_group_names(), self._store, strict=True):
                 pgs.append(self._create_or_adopt(pg_name, [bundle] * count, demand.strategy, created))
-            if spare_demand is not None:
-                spare_name, spare_bundles = spare_demand.placement_groups[0]
-                spare_pg = self._create_or_adopt(spare_name, list(spare_bundles), spare_demand.strategy, created)
             hooks.on_pool_bundles(self.name_prefix, 0, self.world_size + self.spare_bundle_count)
             wait_for_placement_groups(demand, pgs, timeout_s, progress_interval_s, hooks)
             if spare_demand is not None:
+                # Only once the ranks' bundles are placed: a spare group the GCS scheduled first could
+                # take the room they need for good (CI saw a SPREAD spare group split over the two
+                # nodes each of which a PACKed rank group needed whole: a wait without end).
+                spare_name, spare_bundles = spare_demand.placement_groups[0]
+                spare_pg = self._create_or_adopt(spare_name, list(spare_bundles), spare_demand.strategy, created)
                 wait_for_placement_groups(spare_demand, [spare_pg], timeout_s, progress_interval_s, hooks)
             hooks.on_pool_bundles(self.name_prefix, self.world_size + self.spare_bundle_count, 0)
             self.pgs = self._rank_order(ray, pgs)
