@@ -49,11 +49,12 @@ def actor_ids(record: Any) -> dict[str, str]:
     workers forked from the old ones run on."""
     import ray
 
+    from supervisor.core.zygote import keeper_prefix
     from supervisor.daemon.ownership import find_owned
 
     out = {}
     for name in find_owned(record.name).actors:
-        if name.startswith(f"{record.name}.zygote-"):
+        if name.startswith(keeper_prefix(f"{record.name}.")):
             continue
         try:
             out[name] = ray.get_actor(name, namespace=record.namespace)._actor_id.hex()

@@ -45,7 +45,7 @@ from ..errors import first_line
 from ..observability.log import get_logger
 from .zygote_launch import STREAMS, ZYGOTE_ENV, recv_frame, send_code
 
-__all__ = ["ZygoteLauncher", "ZygoteKeeper", "NodeZygotes", "serve", "check_preload_names", "keeper_name", "runtime_env_problem", "worker_sys_path"]
+__all__ = ["ZygoteLauncher", "ZygoteKeeper", "NodeZygotes", "serve", "check_preload_names", "keeper_name", "keeper_prefix", "runtime_env_problem", "worker_sys_path"]
 
 log = get_logger("zygote")
 
@@ -362,10 +362,15 @@ def _remote_keeper() -> Any:
     return _REMOTE_KEEPER
 
 
+def keeper_prefix(prefix: str) -> str:
+    """What the names of the keepers of ``prefix`` (a group's, or a job's) start with."""
+    return f"{prefix}zygote-"
+
+
 def keeper_name(prefix: str, preload: tuple[str, ...], node_id: str) -> str:
-    """The keeper actor's name: one per group, preload and node."""
+    """The keeper actor's name: one per group (or job), preload and node."""
     digest = hashlib.sha256(",".join(preload).encode()).hexdigest()[:6]
-    return f"{prefix}zygote-{digest}-{node_id[:12]}"
+    return f"{keeper_prefix(prefix)}{digest}-{node_id[:12]}"
 
 
 # Where a runtime_env sets up more than variables and files, a zygote started beside the workers
