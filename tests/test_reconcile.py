@@ -232,8 +232,9 @@ def test_a_lost_node_goes_to_a_ready_standby_then_to_a_free_placed_spare():
 def test_only_listed_transitions_are_allowed():
     check_rank_transition(0, WorkerState.RUNNING, WorkerState.FAILED)
     check_rank_transition(0, WorkerState.RESTARTING, WorkerState.INITIALIZING)
+    check_rank_transition(0, WorkerState.RUNNING, WorkerState.RESTARTING)  # a hand-over
     with pytest.raises(InvalidTransition):
-        check_rank_transition(0, WorkerState.RUNNING, WorkerState.RESTARTING)
+        check_rank_transition(0, WorkerState.FAILED, WorkerState.INITIALIZING)
     with pytest.raises(InvalidTransition):
         check_rank_transition(0, WorkerState.FAILED, WorkerState.RUNNING)
 

@@ -33,7 +33,7 @@ from .worker import (
 )
 from .zygote import NodeZygotes, ZygoteLauncher
 
-__all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "GroupPlacement"]
+__all__ = ["WorkerGroup", "DEFAULT_NAMESPACE", "Standby", "Predecessor", "GroupPlacement"]
 
 # Named actors are looked up per namespace; a fixed one lets any driver find a detached group.
 DEFAULT_NAMESPACE = "ray_supervisor"
@@ -52,6 +52,16 @@ class Standby:
     handle: Any
     bundle: BundleRef
     zygote: str | None = None  # the zygote it was forked from (None: started as a plain process, or adopted)
+
+
+@dataclass(frozen=True)
+class Predecessor:
+    """The old actor of a rank being handed over: it lends the rank its state, then is ended."""
+
+    handle: Any
+    bundle: BundleRef
+    name: str
+    node: str | None
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,9 @@ class WorkerGroup:
         self._slots: list[BundleSlot] = []  # each rank's identity in the layout (LOCAL_RANK, ...)
         self._bundles: list[BundleRef] = []  # each rank's bundle now (a standby's, after it took over)
         self._standbys: dict[BundleRef, Standby] = {}
+        # Old actors of ranks being handed over (their node drains): they serve until their successor
+        # took the rank, and lend it their state; ended once it serves (end_predecessor).
+        self.predecessors: dict[int, Predecessor] = {}
         # The nodes' zygotes fresh actors fork from: given (the job's, shared by its groups, never
         # killed with this group), or this group's own once standbys with a preload ask for them.
         self._zygotes: NodeZygotes | None = zygotes
@@ -465,8 +478,12 @@ class WorkerGroup:
             log.debug("replacement_not_forked", group=self.name_prefix, bundle=str(bundle), error=first_line(exc))
             return None
 
-    def take_over(self, rank: int, bundle: BundleRef, timeout_s: float = 60.0) -> Any:
+    def take_over(self, rank: int, bundle: BundleRef, timeout_s: float = 60.0, keep_old: bool = False) -> Any:
         """Kill rank ``rank``'s actor and let the standby in ``bundle`` become that rank.
+
+        With ``keep_old`` (a hand-over: the rank's node drains), the old actor is not killed but kept
+        in :attr:`predecessors` until :meth:`end_predecessor`; if the take-over fails, the old actor
+        is still the rank.
 
         The standby adopts the rank's environment (RANK, LOCAL_RANK, the rendezvous, the user's
         variables) and from then on is that rank; it keeps its own actor name (Ray cannot rename an
@@ -487,7 +504,8 @@ class WorkerGroup:
         standby = self._standbys.pop(bundle, None)
         if standby is None:
             raise ConfigError(f"group {self.name_prefix} has no standby in bundle {bundle}")
-        self._kill_rank(rank)
+        if not keep_old:
+            self._kill_rank(rank)
         previous = self._bundles[rank]
         self._bundles[rank] = bundle
         try:
@@ -498,6 +516,8 @@ class WorkerGroup:
             self._bundles[rank] = previous
             self._end([standby.handle])
             raise
+        if keep_old:
+            self.predecessors[rank] = Predecessor(self._workers[rank], previous, self._worker_names[rank], self.rank_nodes.get(rank))
         self._workers[rank] = standby.handle
         self._worker_names[rank] = standby.name
         self.rank_nodes[rank] = info["node_id"]
@@ -601,6 +621,22 @@ class WorkerGroup:
                 clear_beats_once_ended_later(ids)
         except Exception as exc:  # a leftover beat is a few bytes in the GCS: not worth failing a kill
             log.debug("heartbeats_not_cleared", group=self.name_prefix, error=first_line(exc))
+
+    def restore_predecessor(self, rank: int) -> None:
+        """A hand-over whose successor failed after taking the rank: the old actor is the rank again
+        (with its bundle, name and node), and the successor is ended."""
+        old = self.predecessors.pop(rank)
+        failed = self._workers[rank]
+        self._workers[rank], self._bundles[rank], self._worker_names[rank] = old.handle, old.bundle, old.name
+        if old.node is not None:
+            self.rank_nodes[rank] = old.node
+        self._end([failed])
+
+    def end_predecessor(self, rank: int) -> None:
+        """End the old actor of a handed-over rank (nothing when it has none)."""
+        old = self.predecessors.pop(rank, None)
+        if old is not None:
+            self._end([old.handle])
 
     def _kill_rank(self, rank: int) -> None:
         self._end([self._workers[rank]])
@@ -809,7 +845,8 @@ class WorkerGroup:
         """End the group's actors and standbys (detached ones too). Idempotent; safe when Ray is down."""
         import ray
 
-        workers, self._workers = [*self._workers, *(s.handle for s in self._standbys.values())], []
+        workers = [*self._workers, *(s.handle for s in self._standbys.values()), *(p.handle for p in self.predecessors.values())]
+        self._workers, self.predecessors = [], {}
         keepers = self._zygotes.take_handles() if self._zygotes is not None and not self._zygotes_shared else []
         self._worker_names = []
         self._slots = []

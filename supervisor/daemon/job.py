@@ -112,7 +112,22 @@ class DaemonHooks(ObservingHooks):
 
     def on_state_restored(self, group: str, kind: str, seconds: float, ranks: tuple[int, ...]) -> None:
         super().on_state_restored(group, kind, seconds, ranks)
-        self.event(EventKind.STATE_RESTORED, f"rank(s) {list(ranks)} loaded the state of a live peer in {seconds:.2f}s", group=group)
+        source = "their own live state across a hand-over" if kind == "live" else "the state of a live peer"
+        self.event(EventKind.STATE_RESTORED, f"rank(s) {list(ranks)} loaded {source} in {seconds:.2f}s", group=group)
+
+    def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
+        super().on_node_draining(group, node, deadline_in_s, ranks)
+        deadline = "no deadline" if deadline_in_s is None else f"deadline in {deadline_in_s:.0f}s"
+        self.event(EventKind.NODE_DRAINING, f"node {node[:12]} is being drained ({deadline}); rank(s) {ranks} run there", EventType.WARNING, group)
+
+    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: str, detail: str) -> None:
+        super().on_drain_outcome(group, rank, node, outcome, detail)
+        self.event(EventKind.DRAIN_NOT_HANDED_OVER, f"{outcome}: {detail}", EventType.WARNING, group, rank)
+
+    def on_rank_handed_over(self, group: str, rank: int, seconds: float, source_node: str | None, target_node: str | None) -> None:
+        super().on_rank_handed_over(group, rank, seconds, source_node, target_node)
+        moved = f" from node {(source_node or '?')[:12]} to {(target_node or '?')[:12]}"
+        self.event(EventKind.RANK_HANDED_OVER, f"handed over{moved} in {seconds:.2f}s (not a failure: nothing charged)", group=group, rank=rank)
 
     def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
         super().on_rolled_back(group, groups, step, medium, seconds, cause)

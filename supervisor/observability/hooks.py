@@ -103,6 +103,15 @@ class LifecycleHooks:
     def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
         """A failure of ``group`` took every stateful group (``groups``) back to the snapshot of ``step``."""
 
+    def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
+        """``node``, where ``ranks`` of ``group`` run, is being drained (its deadline in ``deadline_in_s``; None: none)."""
+
+    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: str, detail: str) -> None:
+        """What became of a rank's drain notice other than a hand-over (:class:`~supervisor.supervision.drain.DrainOutcome`)."""
+
+    def on_rank_handed_over(self, group: str, rank: int, seconds: float, source_node: str | None, target_node: str | None) -> None:
+        """``rank`` left its draining node: its successor serves ``seconds`` after the hand-over started."""
+
 
 class ObservingHooks(LifecycleHooks):
     """Record metrics and structured logs for every lifecycle event."""
@@ -210,6 +219,19 @@ class ObservingHooks(LifecycleHooks):
         metrics.STATE_ROLLBACKS.labels(group=group, medium=medium).inc()
         for name in groups:
             metrics.STATE_RESTORE.labels(group=name, kind=metrics.restore_kind(medium)).observe(seconds)
+
+
+    def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
+        log.warning("node_draining", group=group, node=node, deadline_in_s=None if deadline_in_s is None else round(deadline_in_s, 1), ranks=ranks)
+
+    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: str, detail: str) -> None:
+        metrics.DRAINS.labels(group=group, outcome=outcome).inc()
+        log.warning("drain_not_handed_over", group=group, rank=rank, node=node, outcome=outcome, detail=detail)
+
+    def on_rank_handed_over(self, group: str, rank: int, seconds: float, source_node: str | None, target_node: str | None) -> None:
+        metrics.DRAINS.labels(group=group, outcome="handed_over").inc()
+        metrics.HANDOVER.labels(group=group).observe(seconds)
+        log.info("rank_handed_over", group=group, rank=rank, seconds=round(seconds, 3), source_node=source_node, target_node=target_node)
 
 
 def default_hooks() -> LifecycleHooks:

@@ -49,6 +49,8 @@ __all__ = [
     "STATE_STEPS_SINCE_SNAPSHOT",
     "STATE_SNAPSHOT_BYTES",
     "STATE_DIVERGED_REPLICAS",
+    "DRAINS",
+    "HANDOVER",
     "DispatchFailure",
     "observe_dispatch",
     "forget_group",
@@ -176,6 +178,14 @@ STATE_SNAPSHOT_BYTES = Gauge(
 STATE_DIVERGED_REPLICAS = Gauge(
     "supervisor_state_diverged_replicas", "Ranks of a replicated group whose state digest differs from the other replicas'.",
     ["group"], registry=REGISTRY,
+)
+DRAINS = Counter(
+    "supervisor_drains_total", "Ranks on a draining node (a preemption or maintenance notice), by what became of them.",
+    ["group", "outcome"], registry=REGISTRY,
+)
+HANDOVER = Histogram(
+    "supervisor_handover_seconds", "Time from a hand-over's start at a call boundary to the successor serving (calls wait meanwhile).",
+    ["group"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
 BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)
 

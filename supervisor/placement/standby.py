@@ -55,6 +55,7 @@ class Replacement:
     rank: int
     kind: ReplacementKind
     bundle: BundleRef  # where the rank runs from now on
+    handover: bool = False  # the rank's node drains: its old actor serves on until the successor is in
 
 
 def plan_replacements(

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ..core.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
 
-__all__ = ["StateDomain", "Rollback", "StateLostError", "GroupStateStatus", "SnapshotSkipped", "CapturedPeer"]
+__all__ = ["StateDomain", "Rollback", "StateLostError", "GroupStateStatus", "SnapshotSkipped", "CapturedPeer", "CapturedLive"]
 
 log = get_logger("state")
 
@@ -80,6 +80,15 @@ class CapturedPeer:
     peer: int
     state_ref: Any
     digest_ref: Any
+    rollbacks: int
+
+
+@dataclass(frozen=True)
+class CapturedLive:
+    """Each rank's live state being copied across a hand-over: ``{rank: (state ref, digest ref)}``,
+    and when (in rollbacks done)."""
+
+    refs: dict[int, tuple[Any, Any]]
     rollbacks: int
 
 
@@ -457,6 +466,58 @@ class StateDomain:
             return None
         state_ref, digest_ref = group.workers[peer]._supervisor_capture_state.options(num_returns=2).remote()
         return CapturedPeer(peer, state_ref, digest_ref, self._rollbacks)
+
+    def capture_live(self, group: WorkerGroup, ranks: list[int], survivors: list[int]) -> CapturedLive:
+        """Start copying the live state of every rank of a re-formation around a hand-over: a
+        handed-over rank's from its predecessor (still alive), a survivor's from itself, and a
+        replaced replica's (a failure beside the hand-over) from a survivor. Queued behind each
+        actor's current call, so taken at a call boundary, before anyone re-initialises.
+
+        Raises:
+            StateLostError: a rank has no live source (a sharded rank that failed: a rollback's case).
+        """
+        refs: dict[int, tuple[Any, Any]] = {}
+        sources: dict[int, Any] = {}
+        for rank in ranks:
+            predecessor = group.predecessors.get(rank)
+            if predecessor is not None:
+                sources[rank] = predecessor.handle
+            elif rank in survivors:
+                sources[rank] = group.workers[rank]
+        for rank, handle in sources.items():
+            refs[rank] = tuple(handle._supervisor_capture_state.options(num_returns=2).remote())  # type: ignore[assignment]
+        missing = [r for r in ranks if r not in refs]
+        if missing:
+            config = self._members[group.name].config
+            peer = choose_peer({r: group.rank_nodes.get(r) for r in survivors}, [group.rank_nodes.get(r) for r in missing])
+            if config.kind is not StateKind.REPLICATED or peer is None:
+                raise StateLostError(f"group {group.name}: rank(s) {missing} have no live state to copy across the hand-over")
+            for rank in missing:
+                refs[rank] = refs[peer]
+        return CapturedLive(refs, self._rollbacks)
+
+    def restore_live(self, group: WorkerGroup, captured: CapturedLive) -> float:
+        """Load each rank of a re-formation with the state :meth:`capture_live` copied for it; the
+        seconds it took. A job-wide rollback since the capture wins (as in :meth:`restore_from_peer`).
+
+        Raises:
+            StateLostError: a source died before its state was copied, or a digest did not match.
+        """
+        import ray
+
+        ranks = sorted(captured.refs)
+        with self._lock:  # never interleaved with a rollback's loads
+            self.fence.check()
+            if captured.rollbacks != self._rollbacks and self.last_rollback is not None:
+                return self._restore_to_last_rollback(group, ranks)
+            started = time.perf_counter()
+            try:
+                ray.get([group.workers[r]._supervisor_load_state.remote(*captured.refs[r]) for r in ranks], timeout=LOAD_TIMEOUT_S)
+            except Exception as exc:
+                raise StateLostError(f"group {group.name}: the live state of rank(s) {ranks} could not be carried across the hand-over: {first_line(exc)}") from exc
+        seconds = time.perf_counter() - started
+        self.hooks.on_state_restored(group.name, "live", seconds, tuple(ranks))
+        return seconds
 
     def restore_from_peer(self, group: WorkerGroup, captured: CapturedPeer, ranks: list[int]) -> float:
         """Load a captured peer state into ``ranks`` (each checks the digest); the seconds it took.

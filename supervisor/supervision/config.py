@@ -8,12 +8,13 @@ from typing import Any
 
 from ..placement.standby import StandbyReach
 from ..state.kinds import StateConfig
+from .drain import DrainPolicy
 from .init_policy import InitPolicy
 from .lifecycle import ACTOR_START_TIMEOUT_S
 from .restart_policy import RestartPolicy, RestartStrategy
 from .supervised_call import InFlightPolicy
 
-__all__ = ["InFlightPolicy", "SupervisionConfig", "RECOVERY_RETRY_MIN_S", "STANDBY_FAILURE_LIMIT"]
+__all__ = ["DrainPolicy", "InFlightPolicy", "SupervisionConfig", "RECOVERY_RETRY_MIN_S", "STANDBY_FAILURE_LIMIT"]
 
 # Shortest wait before a recovery step that failed for a transient reason is tried again (the
 # policy's backoff may be 0: a GCS that answers late must not be hammered).
@@ -77,6 +78,10 @@ class SupervisionConfig:
             treated as one collective: any replacement re-forms it on every rank (a fresh
             rendezvous, the init method again), then restores the state before a rank serves; its
             calls are never re-run on one rank alone unless idempotent.
+        drain: what the group does when a node of its ranks is drained (a preemption or maintenance
+            notice; :class:`~supervisor.supervision.drain.DrainPolicy`): by default each affected rank is
+            handed over to a successor on another node at the next call boundary, when a ready
+            standby or a free spare bundle off the draining nodes and enough notice allow it.
     """
 
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -100,6 +105,7 @@ class SupervisionConfig:
     standby_sched_idle: bool = True
     standby_preload: tuple[str, ...] = ()
     state: StateConfig = field(default_factory=StateConfig)
+    drain: DrainPolicy = field(default_factory=DrainPolicy)
 
     @property
     def collective(self) -> bool:

@@ -39,6 +39,8 @@ class CallGate:
         self.failure: GroupFailedError | None = None
         self.reports: list[Detected] = []  # failures reported by calls, taken by the loop
         self.updates_in_flight = 0  # calls that change state (not idempotent) running now
+        self.calls_in_flight = 0  # blocking calls between entry and their last result
+        self.hold_new_calls = False  # a hand-over waits for a call boundary: new calls wait at entry
         self._workers = workers
         self.clock = clock
 
@@ -94,6 +96,31 @@ class CallGate:
                 if self.group_state is GroupState.RUNNING:
                     return
                 self.cond.wait(0.5)
+
+    def enter_call(self) -> None:
+        """A blocking call starts: it waits while a hand-over holds new calls (those in flight end
+        first, so the hand-over starts at a call boundary), then counts as in flight.
+
+        Raises:
+            GroupFailedError: the group is FAILED or STOPPED.
+        """
+        with self.cond:
+            while True:
+                self._raise_if_terminal()
+                if not self.hold_new_calls:
+                    self.calls_in_flight += 1
+                    return
+                self.cond.wait(0.5)
+
+    def exit_call(self) -> None:
+        with self.cond:
+            self.calls_in_flight -= 1
+            self.cond.notify_all()
+
+    def at_boundary(self) -> bool:
+        """New calls are held and none is in flight: a hand-over may start now."""
+        with self.cond:
+            return self.hold_new_calls and self.calls_in_flight == 0
 
     def update_started(self) -> None:
         with self.cond:

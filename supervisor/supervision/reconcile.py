@@ -24,6 +24,15 @@ a failure outside an update), or by rolling every stateful group back to the new
 (sharded state, a failure during an update, no peer left). The init task performs it before any rank
 of the group serves again.
 
+A rank whose node is being drained (a preemption notice) is *handed over*, which is not a failure:
+its successor (a ready standby off the draining nodes; one is started first in a free spare bundle
+there if none is ready) takes the rank at the next call boundary (new calls are held until the calls
+in flight end), while the old actor still runs; a collective group re-forms around it, and a stateful
+one copies every rank's live state across the re-formation (:attr:`StateRestore.LIVE`, the handed-over
+rank's from its predecessor). Nothing is charged and nothing rolls back. Without a successor, or with
+less notice than ``drain.min_notice_s`` left, the plan says so once per rank and the node's loss is
+recovered like any other failure.
+
 Every replacement started for a failed rank is one restart against the budget (a retry after a
 transient error too); ranks rebuilt only because of others (one_for_all) are not charged. The state's
 restart history keeps only the restarts inside the restart window (pruned on every pass that plans),
@@ -38,9 +47,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..placement.standby import BundleRef, Replacement, plan_replacements
+from ..placement.standby import BundleRef, Replacement, ReplacementKind, plan_replacements
 from ..state.kinds import StateKind
 from .config import RECOVERY_RETRY_MIN_S, SupervisionConfig
+from .drain import DrainOutcome
 from .restart_policy import (
     Failure,
     FailureReason,
@@ -54,8 +64,8 @@ from .restart_policy import (
 from .states import GroupState, WorkerState, check_group_transition, check_rank_transition
 
 __all__ = [
-    "RankView", "LoopState", "RankFailed", "ReplacementDone", "InitDone", "PlacementSeen", "Observation",
-    "RankMove", "InitOrder", "StateRestore", "Plan", "decide", "initial_state",
+    "RankView", "LoopState", "RankFailed", "ReplacementDone", "InitDone", "PlacementSeen", "DrainSeen",
+    "Observation", "RankMove", "InitOrder", "StateRestore", "DrainNote", "Plan", "decide", "initial_state",
 ]  # fmt: skip
 
 
@@ -70,6 +80,8 @@ class RankView:
         charged: its replacements count against the budget (False: rebuilt because of another rank).
         replaced: runs a new actor that has not served yet (its generation changes when it runs).
         in_task: a recovery task owns the rank now (its replacement, or the init it is part of).
+        handover: its recovery is a hand-over (its node drains; its old actor runs until the successor serves).
+        drain_said: the outcome of its node's notice already reported for this actor (said once).
     """
 
     rank: int
@@ -80,6 +92,8 @@ class RankView:
     charged: bool = True
     replaced: bool = False
     in_task: bool = False
+    handover: bool = False
+    drain_said: DrainOutcome | None = None
 
 
 @dataclass(frozen=True)
@@ -138,9 +152,25 @@ class PlacementSeen:
     bundle_nodes: Mapping[BundleRef, str | None]
     standbys: Mapping[BundleRef, str]
     free: tuple[BundleRef, ...]
+    starting: tuple[BundleRef, ...] = ()  # standbys not ready yet (successors on their way)
 
 
-Observation = RankFailed | ReplacementDone | InitDone | PlacementSeen
+@dataclass(frozen=True)
+class DrainSeen:
+    """Nodes being drained, and the running ranks on them (observed on every pass while any drains).
+
+    Attributes:
+        ranks: each running rank on a draining node, with its node's deadline (loop clock; None: none).
+        nodes: every draining node (no successor goes there).
+        at_boundary: no call of the group is in flight and new ones are held (a hand-over may start).
+    """
+
+    ranks: Mapping[int, float | None]
+    nodes: frozenset[str]
+    at_boundary: bool = False
+
+
+Observation = RankFailed | ReplacementDone | InitDone | PlacementSeen | DrainSeen
 
 
 # -- the plan -----------------------------------------------------------------------------------
@@ -159,6 +189,9 @@ class StateRestore(enum.Enum):
     NONE = "none"
     PEER = "peer"  # copied from a live rank (taken before it re-initialises)
     ROLLBACK = "rollback"  # every stateful group of the job goes back to the newest common snapshot
+    # Every rank keeps its own live state across the re-formation: a handed-over rank gets its
+    # predecessor's, a survivor its own, a replaced replica a live peer's (taken before the init).
+    LIVE = "live"
 
 
 @dataclass(frozen=True)
@@ -177,6 +210,15 @@ class InitOrder:
 
 
 @dataclass(frozen=True)
+class DrainNote:
+    """What became of the notice for one rank (reported once per rank and actor)."""
+
+    rank: int
+    outcome: DrainOutcome
+    detail: str
+
+
+@dataclass(frozen=True)
 class Plan:
     state: LoopState  # the state once the plan is carried out
     moves: tuple[RankMove, ...] = ()
@@ -187,11 +229,16 @@ class Plan:
     renewed: tuple[int, ...] = ()  # those of them that run a new actor (a new generation)
     escalation: str | None = None  # the group is FAILED, because of this
     wake_at: float | None = None  # the earliest backoff that ends (nothing is due before)
+    hold_calls: bool = False  # a hand-over waits for a call boundary: new calls wait until it starts
+    successors_wanted: int = 0  # standbys to start off the draining nodes for ranks to hand over
+    drain_notes: tuple[DrainNote, ...] = ()
+    handed_over: tuple[int, ...] = ()  # of ``renewed``: ranks whose successor took over from a drained node
 
     @property
     def empty(self) -> bool:
         return not (
             self.moves or self.restarts or self.replacements or self.init or self.serving or self.escalation
+            or self.drain_notes
         )
 
 
@@ -222,6 +269,11 @@ class _Planner:
         self.renewed: list[int] = []
         self.escalation: str | None = None
         self.placement: PlacementSeen | None = None
+        self.drain: DrainSeen | None = None
+        self.hold_calls = False
+        self.successors_wanted = 0
+        self.drain_notes: list[DrainNote] = []
+        self.handed_over: list[int] = []
 
     def plan(self, observations: Sequence[Observation]) -> Plan:
         new_failures: list[Failure] = []
@@ -238,12 +290,16 @@ class _Planner:
                 self._init_done(obs)
             elif isinstance(obs, PlacementSeen):
                 self.placement = obs
+            elif isinstance(obs, DrainSeen):
+                self.drain = obs
         if new_failures and self.policy.strategy is RestartStrategy.ONE_FOR_ALL:
             self._rebuild_the_others(new_failures)
         replacements: list[Replacement] = []
         init: InitOrder | None = None
         if self.escalation is None:
             replacements = self._start_replacements()
+        if self.escalation is None and self.drain is not None:
+            replacements += self._plan_hand_overs(self.drain)
         if self.escalation is None:
             init = self._start_init()
         return self._finish(replacements, init)
@@ -293,6 +349,11 @@ class _Planner:
             self._escalate(done.fatal)
             self._set(done.rank, in_task=False)
             return
+        if done.error is not None and view.handover:  # the successor failed: the old actor still serves
+            self._move(done.rank, WorkerState.RUNNING, failure=None, in_task=False, handover=False, charged=True)
+            self.serving.append(done.rank)
+            self.drain_notes.append(DrainNote(done.rank, DrainOutcome.ABORTED, done.error))
+            return
         if done.error is not None:
             assert view.failure is not None
             retried = dataclasses.replace(view.failure, detail=done.error)
@@ -331,10 +392,13 @@ class _Planner:
                 self._serve(r, replaced=self.ranks[r].replaced)
 
     def _serve(self, rank: int, replaced: bool) -> None:
-        self._move(rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True)
+        handover = self.ranks[rank].handover
+        self._move(rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True, handover=False, drain_said=None)
         self.serving.append(rank)
         if replaced:
             self.renewed.append(rank)
+            if handover:
+                self.handed_over.append(rank)
 
     def _charge(self, records: list[RestartRecord]) -> None:
         self.history += records
@@ -365,6 +429,51 @@ class _Planner:
             self._move(replacement.rank, WorkerState.RESTARTING, in_task=True)
         return plan
 
+    def _plan_hand_overs(self, seen: DrainSeen) -> list[Replacement]:
+        """Hand-overs of running ranks on draining nodes: started at a call boundary once a successor
+        is ready off those nodes; until then, successors are asked for (or the plan says why none)."""
+        for view in list(self.ranks):  # a notice withdrawn (or a rank moved off it) is forgotten
+            if view.drain_said is not None and view.rank not in seen.ranks:
+                self._set(view.rank, drain_said=None)
+        due = sorted(r for r in seen.ranks if self.ranks[r].state is WorkerState.RUNNING)
+        if not due:
+            return []
+        policy = self.config.drain
+        placement = self.placement or PlacementSeen({}, {}, {}, ())
+        off_drain = {b: n for b, n in placement.bundle_nodes.items() if n and n not in seen.nodes}
+        standbys = sorted(b for b, node in placement.standbys.items() if b in off_drain and node not in seen.nodes)
+        free = sum(1 for b in (*placement.free, *placement.starting) if b in off_drain)
+        chosen: list[Replacement] = []
+        for rank in due:
+            deadline = seen.ranks[rank]
+            if not policy.hand_over:
+                self._say(rank, DrainOutcome.IGNORED, "the group does not act on drain notices (drain.hand_over = false)")
+            elif deadline is not None and deadline - self.now < policy.min_notice_s:
+                left = max(0.0, deadline - self.now)
+                self._say(rank, DrainOutcome.DEADLINE_TOO_SHORT, f"{left:.1f}s left before the deadline, less than drain.min_notice_s = {policy.min_notice_s:g}s")
+            elif standbys:
+                chosen.append(Replacement(rank, ReplacementKind.STANDBY, standbys.pop(0), handover=True))
+            elif free > 0:
+                free -= 1
+                self.successors_wanted += 1
+            else:
+                self._say(rank, DrainOutcome.NO_CAPACITY, "no ready standby and no free spare bundle off the draining node(s)")
+        if not chosen:
+            return []
+        if not seen.at_boundary:
+            self.hold_calls = True  # the calls in flight end; then the hand-overs start together
+            return []
+        for replacement in chosen:
+            view = self.ranks[replacement.rank]
+            failure = Failure(replacement.rank, FailureReason.DRAINED, "its node is being drained", None)
+            self._move(replacement.rank, WorkerState.RESTARTING, failure=failure, failed_at=self.now, in_task=True, handover=True, charged=False, drain_said=view.drain_said)
+        return chosen
+
+    def _say(self, rank: int, outcome: DrainOutcome, detail: str) -> None:
+        if self.ranks[rank].drain_said is not outcome:
+            self._set(rank, drain_said=outcome)
+            self.drain_notes.append(DrainNote(rank, outcome, detail))
+
     def _reason(self, rank: int) -> FailureReason:
         failure = self.ranks[rank].failure
         return failure.reason if failure is not None else FailureReason.DIED
@@ -376,7 +485,8 @@ class _Planner:
         if not waiting:
             return None
         run_init = self.config.init_method is not None
-        if self.kind.stateful:
+        handing_over = any(self.ranks[r].handover for r in waiting)
+        if self.kind.stateful or (handing_over and self.config.collective):
             return self._start_stateful_init(waiting, run_init)
         if not run_init and not self.rendezvous_stale:
             for r in waiting:  # nothing to run: they serve as soon as their actor is up
@@ -403,7 +513,14 @@ class _Planner:
         for r in ranks:
             self._set(r, in_task=True)
         rank_zero_new = 0 not in survivors
-        restore = StateRestore.ROLLBACK if self.rollback_needed or not survivors else StateRestore.PEER
+        if not self.kind.stateful:
+            restore = StateRestore.NONE  # a collective without state re-forms around a hand-over
+        elif self.rollback_needed or not (survivors or any(self.ranks[r].handover for r in ranks)):
+            restore = StateRestore.ROLLBACK
+        elif any(self.ranks[r].handover for r in ranks):
+            restore = StateRestore.LIVE
+        else:
+            restore = StateRestore.PEER
         order = InitOrder(
             tuple(ranks), propagate=True, run_init=run_init, restore=restore,
             fresh_rendezvous=not rank_zero_new, survivors=tuple(survivors),
@@ -431,7 +548,8 @@ class _Planner:
         )  # fmt: skip
         return Plan(
             state, tuple(self.moves), tuple(self.restarts), tuple(replacements), init, tuple(self.serving), tuple(self.renewed),
-            self.escalation, min(backoffs) if backoffs else None,
+            self.escalation, min(backoffs) if backoffs else None, self.hold_calls and self.escalation is None,
+            self.successors_wanted, tuple(self.drain_notes), tuple(self.handed_over),
         )  # fmt: skip
 
 

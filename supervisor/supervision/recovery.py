@@ -143,6 +143,8 @@ class ReplacementTask:
 
     def __call__(self) -> ReplacementDone:
         rank = self.replacement.rank
+        if self.replacement.handover:
+            return self._hand_over()
         try:
             handle = self._place()
             info = _ask_node(handle, self.config.actor_start_timeout_s, f"replacement of rank {rank}", self.bundles.runner)
@@ -158,6 +160,25 @@ class ReplacementTask:
             return ReplacementDone(
                 rank, fatal=f"replacement of rank {rank} failed: {type(exc).__name__}: {exc}"
             )
+
+    def _hand_over(self) -> ReplacementDone:
+        """The standby takes the rank while the old actor lives on (a predecessor, ended once the
+        successor serves). Any failure leaves the old actor the rank: the hand-over is aborted."""
+        group, replacement, rank = self.group, self.replacement, self.replacement.rank
+        try:
+            handle = group.take_over(rank, replacement.bundle, timeout_s=self.config.probe_timeout_s, keep_old=True)
+            group.rank_nodes[rank] = _ask_node(handle, self.config.actor_start_timeout_s, f"successor of rank {rank}", self.bundles.runner)
+            return ReplacementDone(rank)
+        except RecoveryStopped:
+            raise
+        except SupersededError:
+            raise RecoveryStopped() from None
+        except Exception as exc:
+            standby = replacement.bundle
+            self.hooks.on_standby_failed(group.name, str(standby), f"hand-over of rank {rank} failed: {ray_error_line(exc)}")
+            if rank in group.predecessors:  # taken over, then lost: the old actor is the rank again
+                group.restore_predecessor(rank)
+            return ReplacementDone(rank, error=f"hand-over failed: {ray_error_line(exc)}")
 
     def _place(self) -> Any:
         group, replacement, rank = self.group, self.replacement, self.replacement.rank
@@ -204,7 +225,12 @@ class InitTask:
         # failed and runs again on a fresh actor, init_group's own rendezvous fallout) is a restart.
         hooks = _CountingHooks(self.hooks)
         try:
-            captured = self._capture_peer() if order.restore is StateRestore.PEER else None
+            captured: Any = None
+            if order.restore is StateRestore.PEER:
+                captured = self._capture_peer()
+            elif order.restore is StateRestore.LIVE:
+                assert self.state is not None
+                captured = self.state.capture_live(group, list(order.ranks), list(order.survivors))
             if order.fresh_rendezvous:  # rank 0 lives on, the collective re-forms: a port never used before
                 group._pick_new_rendezvous(rank_zero=group.workers[0])
                 group.propagate_rendezvous([0])
@@ -250,11 +276,14 @@ class InitTask:
         targets = [r for r in self.order.ranks if r not in survivors]
         return self.state.capture_peer(self.group, survivors, targets)
 
-    def _restore(self, captured: CapturedPeer | None) -> None:
+    def _restore(self, captured: Any) -> None:
         order, group = self.order, self.group
         if order.restore is StateRestore.NONE or self.state is None or self.state.untrained:
             return
         cause = _cause(group, order)
+        if order.restore is StateRestore.LIVE:
+            self.state.restore_live(group, captured)
+            return
         if order.restore is StateRestore.PEER:
             if captured is not None:
                 try:

@@ -38,6 +38,7 @@ class FailureReason(enum.Enum):
     HUNG = "hung"  # alive, but a call did not answer within its timeout, or its heartbeat stopped
     NODE_LOST = "node_lost"  # its node was removed or died
     INIT_FAILED = "init_failed"  # its replacement failed to initialise
+    DRAINED = "drained"  # its node is being drained: handed over to a successor (never charged, never a failure)
 
 
 @dataclass(frozen=True)

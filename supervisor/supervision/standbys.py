@@ -68,10 +68,25 @@ class StandbyKeeper:
         self._ready_by: dict[BundleRef, float] = {}  # starting standbys: dropped if not ready by then
         self.consecutive_failures = 0  # standbys that died before they were ready, in a row
         self._next_check = 0.0
+        # Hand-overs: successors to start beyond config.standbys, never on a draining node.
+        self._successors = 0
+        self._draining: frozenset[str] = frozenset()
 
     @property
     def enabled(self) -> bool:
-        return self.config.standbys > 0 or bool(self.group.standbys)
+        return self.config.standbys > 0 or bool(self.group.standbys) or self._successors > 0
+
+    @property
+    def can_start(self) -> bool:
+        """Whether this group's actors can be pre-started at all (a Worker subclass that created its actors)."""
+        cls = self.group.cls_with_init
+        return self.group.resource_pool is not None and cls is not None and issubclass(cls.user_cls, Worker)
+
+    def want_successors(self, count: int, draining: frozenset[str]) -> None:
+        """Keep ``count`` more standbys than configured, off ``draining`` nodes (ranks to hand over)."""
+        if count > self._successors or draining != self._draining:
+            self._next_check = 0.0  # a notice is acted on now, not at the next periodic check
+        self._successors, self._draining = count, draining
 
     def ready_nodes(self) -> dict[BundleRef, str]:
         with self._lock:
@@ -115,13 +130,19 @@ class StandbyKeeper:
         if not starting_allowed or self.clock() < self._next_check:
             return
         self._next_check = self.clock() + self.config.standby_check_s
-        missing = self.config.standbys - len(self.group.standbys)
-        if missing <= 0 or self.consecutive_failures >= STANDBY_FAILURE_LIMIT:
+        if self.consecutive_failures >= STANDBY_FAILURE_LIMIT:
             return  # the limit was reported once when reached; standbys would only crash-loop
+        if self.config.standbys + self._successors - len(self.group.standbys) <= 0 and not self._draining:
+            return
         try:
             placed = self.group.placed_bundles()
         except Exception as exc:  # look again next time
             log.debug("standby_placement_unknown", group=self.group.name, error=first_line(exc))
+            return
+        # A standby on a draining node counts for nothing: it goes with the node, and none starts there.
+        placed = {b: n for b, n in placed.items() if n not in self._draining}
+        missing = self.config.standbys + self._successors - sum(1 for b in self.group.standbys if b in placed)
+        if missing <= 0:
             return
         free = free_bundles(self.group.all_bundles(), self.group.rank_bundles, dict(self.group.standbys))
         bundles = standby_bundles(free, placed, self.ready_nodes().values(), missing)

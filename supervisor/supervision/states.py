@@ -3,6 +3,7 @@
 Rank (:class:`WorkerState`)::
 
     RUNNING --(failed)--> FAILED --(replacement started)--> RESTARTING --(actor up)--> INITIALIZING
+    RUNNING --(its node drains: hand-over at a call boundary)--> RESTARTING (--(successor failed)--> RUNNING)
        ^  \\                 ^                                   |                         |
        |   \\                +---(transient error: retried)------+                         |
        |    +--(rank 0 got a new rendezvous: re-init)--> INITIALIZING ---(init done)------+--> RUNNING
@@ -56,9 +57,11 @@ class InvalidTransition(AssertionError):
 
 
 _RANK_MOVES: dict[WorkerState, frozenset[WorkerState]] = {
-    WorkerState.RUNNING: frozenset({WorkerState.FAILED, WorkerState.INITIALIZING}),
+    # RUNNING -> RESTARTING: a hand-over (its node drains; the old actor serves until its successor is in).
+    WorkerState.RUNNING: frozenset({WorkerState.FAILED, WorkerState.INITIALIZING, WorkerState.RESTARTING}),
     WorkerState.FAILED: frozenset({WorkerState.RESTARTING}),
-    WorkerState.RESTARTING: frozenset({WorkerState.FAILED, WorkerState.INITIALIZING}),
+    # RESTARTING -> RUNNING: a hand-over whose successor failed; the rank keeps its old actor.
+    WorkerState.RESTARTING: frozenset({WorkerState.FAILED, WorkerState.INITIALIZING, WorkerState.RUNNING}),
     WorkerState.INITIALIZING: frozenset(
         {WorkerState.RUNNING, WorkerState.FAILED}
     ),  # FAILED: its init ran out of attempts

@@ -112,6 +112,14 @@ class _SupervisedCall:
 
     def run(self) -> list[Any]:
         gate = self.supervisor.gate
+        gate.enter_call()
+        try:
+            return self._run()
+        finally:
+            gate.exit_call()
+
+    def _run(self) -> list[Any]:
+        gate = self.supervisor.gate
         if self.domain is None:
             for rank in self.per_rank:
                 self._submit(rank, *gate.acquire(rank))  # waits out a recovery; raises if the group failed

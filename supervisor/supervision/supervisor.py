@@ -33,8 +33,10 @@ from ..state.domain import StateDomain
 from . import death_watch
 from .config import SupervisionConfig
 from .detection import Detected, Detector
+from .drain import draining_nodes
 from .gate import CallGate
 from .reconcile import (
+    DrainSeen,
     InitDone,
     LoopState,
     Observation,
@@ -111,6 +113,8 @@ class GroupSupervisor:
         ] = {}  # rank -> (detected, died wall-clock) of its failure
         self._reserved: dict[int, BundleRef] = {}  # rank -> spare bundle its replacement in flight goes to
         self._wake_at: float | None = None
+        self._draining_seen: set[str] = set()  # draining nodes of this group's ranks already announced
+        self._handover_started: dict[int, tuple[float, str | None]] = {}  # rank -> (started, node it leaves)
         self._published_budget: tuple[int, int] | None = None  # (in window, allowed) the hooks last got
         self._tasks = TaskRunner(group.name, self._task_finished)
         self._bundles = BundleWaiter(group, self.config, self._tasks, self._report_bundle_wait)
@@ -252,6 +256,8 @@ class GroupSupervisor:
             pending = bool(self.gate.reports or self._finished)
         if not pending:  # block until something happens, or the pass times out
             wait = detector.wait_s(timeout_s)
+            if self.gate.hold_new_calls:  # a hand-over waits for the calls in flight: start it as they end
+                wait = min(wait, TASK_POLL_S)
             if self._wake_at is not None:
                 wait = max(0.0, min(wait, self._wake_at - self.clock()))
             if refs and not self._tasks.running():
@@ -284,15 +290,36 @@ class GroupSupervisor:
             elif status.state is WorkerState.INITIALIZING:
                 self._deferred.append(d)  # a survivor re-initialising: judged once it runs again
         observations += finished
+        drain = self._drain_seen()
+        if drain is not None:
+            observations.append(drain)
         if observations or any(self._loop.ranks[r].state is WorkerState.FAILED for r in self._loop.unsettled):
             observations.append(self._placement())
         return observations
+
+    def _drain_seen(self) -> DrainSeen | None:
+        """The draining nodes and this group's running ranks on them (None: nothing drains, and
+        nothing said of an earlier notice is left to forget)."""
+        nodes = draining_nodes()
+        if not nodes and not any(v.drain_said is not None for v in self._loop.ranks):
+            return None
+        now, wall = self.clock(), time.time()
+        with self.gate.cond:
+            on_drain = {s.rank: s.node_id for s in self.gate.ranks if s.state is WorkerState.RUNNING and s.node_id in nodes}
+        ranks = {r: (None if nodes[n] is None else now + nodes[n] - wall) for r, n in on_drain.items() if n is not None}
+        for node in sorted({n for n in on_drain.values() if n is not None} - self._draining_seen):
+            self._draining_seen.add(node)
+            deadline = nodes[node]
+            affected = sorted(r for r, n in on_drain.items() if n == node)
+            self.hooks.on_node_draining(self.group.name, node, None if deadline is None else deadline - wall, affected)
+        self._draining_seen &= set(nodes)
+        return DrainSeen(ranks, frozenset(nodes), self.gate.at_boundary())
 
     def _placement(self) -> PlacementSeen:
         group = self.group
         rank_bundles = dict(enumerate(group.rank_bundles))
         spare_pg = group.resource_pool.spare_pg if group.resource_pool is not None else None
-        if not self.standby.enabled and spare_pg is None:
+        if not self.standby.enabled and (spare_pg is None or not self.standby.can_start):
             return PlacementSeen(rank_bundles, {}, {}, ())  # every rank goes back to its own bundle
         try:
             placed: dict[BundleRef, str | None] = dict(group.placed_bundles())
@@ -303,8 +330,10 @@ class GroupSupervisor:
             b
             for b in free_bundles(group.all_bundles(), rank_bundles.values(), dict(group.standbys))
             if b not in self._reserved.values()
-        ]
-        return PlacementSeen(rank_bundles, placed, self.standby.ready_nodes(), tuple(free))
+        ] if self.standby.can_start or not self._draining_seen else []  # a successor must be able to start there
+        ready = self.standby.ready_nodes()
+        starting = tuple(b for b in group.standbys if b not in ready)
+        return PlacementSeen(rank_bundles, placed, ready, tuple(free), starting)
 
     def _task_finished(self, outcome: Observation) -> None:
         with self.gate.cond:
@@ -315,10 +344,21 @@ class GroupSupervisor:
     def _execute(self, plan: Plan, observations: list[Observation]) -> None:
         group, hooks = self.group, self.hooks
         self._wake_at = plan.wake_at
+        drain = next((o for o in observations if isinstance(o, DrainSeen)), None)
+        self.standby.want_successors(plan.successors_wanted, drain.nodes if drain is not None else frozenset())
+        if plan.hold_calls and not self.gate.hold_new_calls:
+            log.info("calls_held_for_hand_over", group=group.name)
+        with self.gate.cond:  # held: a hand-over waits for a call boundary; released with the plan that starts it
+            self.gate.hold_new_calls = self.gate.hold_new_calls or plan.hold_calls
+            if plan.empty:
+                self.gate.hold_new_calls = plan.hold_calls
+                self.gate.cond.notify_all()
         if plan.empty:
             return
         now = self.clock()
         self._log_transitions(plan)
+        for note in plan.drain_notes:
+            hooks.on_drain_outcome(group.name, note.rank, self.gate.ranks[note.rank].node_id, note.outcome.value, note.detail)
         rebuilt = {r: n for obs in observations if isinstance(obs, InitDone) for r, (_, n) in obs.rebuilt.items()}
         for obs in observations:
             if isinstance(obs, ReplacementDone):
@@ -345,16 +385,28 @@ class GroupSupervisor:
                     error=move.failure.detail if move.failure else None,
                 )
         for replacement in plan.replacements:
+            if replacement.handover:  # not a restart: no restart metric, no count
+                self._handover_started[replacement.rank] = (now, self.gate.ranks[replacement.rank].node_id)
+                log.info("hand_over_started", group=group.name, rank=replacement.rank, standby=str(replacement.bundle))
+                continue
             view = plan.state.ranks[replacement.rank]
             reason = view.failure.reason.value if view.failure else FailureReason.DIED.value
             hooks.on_worker_replaced(group.name, replacement.rank, reason)
         nodes = {r: group.rank_nodes.get(r, self.gate.ranks[r].node_id) for r in plan.renewed}
+        for r in plan.handed_over:
+            started, left = self._handover_started.pop(r, (now, None))
+            self._failed_at.pop(r, None)
+            hooks.on_rank_handed_over(group.name, r, now - started, left, nodes[r])
+        for r in plan.serving:
+            if r not in plan.renewed:  # an aborted hand-over: the rank kept its actor
+                self._handover_started.pop(r, None)
         for r in plan.renewed:
-            detected_at, died_at = self._failed_at.pop(r, (now, None))
-            recovery = now - detected_at
-            if died_at is not None:
-                recovery = max(recovery, time.time() - died_at)
-            hooks.on_worker_recovered(group.name, r, recovery)
+            if r not in plan.handed_over:
+                detected_at, died_at = self._failed_at.pop(r, (now, None))
+                recovery = now - detected_at
+                if died_at is not None:
+                    recovery = max(recovery, time.time() - died_at)
+                hooks.on_worker_recovered(group.name, r, recovery)
             placement = RankPlacement(r, self.gate.ranks[r].original_node, nodes[r])
             if placement.drifted:
                 hooks.on_placement_drift(
@@ -375,7 +427,8 @@ class GroupSupervisor:
                 if move.target is WorkerState.FAILED and move.failure is not None:
                     status.last_failure = f"{move.failure.reason.value}: {move.failure.detail}"
             for replacement in plan.replacements:
-                self.gate.ranks[replacement.rank].restarts += 1
+                if not replacement.handover:
+                    self.gate.ranks[replacement.rank].restarts += 1
             for r, n in rebuilt.items():
                 self.gate.ranks[r].restarts += n
             for r in plan.renewed:
@@ -385,10 +438,13 @@ class GroupSupervisor:
                 for status in self.gate.ranks:
                     if status.state is not WorkerState.RUNNING:
                         status.state = WorkerState.FAILED
+            self.gate.hold_new_calls = plan.hold_calls  # the hand-overs it starts make the group RECOVERING
             self.gate.cond.notify_all()
         # Persisted before any task acts on it: a daemon killed from here on finds, on restart, which
         # ranks are not initialised.
         hooks.on_supervision_changed(group.name)
+        for r in plan.handed_over:  # the successor serves: its predecessor's part is over
+            group.end_predecessor(r)
         if plan.escalation is not None:
             self._tasks.stopping.set()  # tasks still running end at their next wait: the owner decides now
             hooks.on_group_failed(group.name, str(self.gate.failure))

@@ -1,0 +1,108 @@
+"""Drain notices: nodes the cluster announced it will take away (preemption, maintenance, scale-down).
+
+KubeRay, autoscaler v2 and ``ray drain-node`` tell the GCS through its DrainNode call, with a reason
+and a deadline. The GCS then schedules nothing new on the node and lists it among its draining nodes;
+it does not move what runs there, and does not kill a busy node at the deadline either: whoever sent
+the notice takes the node away. A supervised rank on such a node is handed over (see
+:mod:`.reconcile`): its successor is started elsewhere while it still serves, and takes its place,
+with its state, at the next call boundary. A hand-over is not a failure: nothing is charged to the
+restart budget and nothing is rolled back.
+
+:class:`DrainReader` asks the GCS for the draining nodes at most every ``DRAIN_CHECK_S`` per process,
+however many groups ask (each supervisor's loop asks on every pass).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import first_line
+from ..observability.log import get_logger
+
+__all__ = ["DRAIN_CHECK_S", "DrainPolicy", "DrainOutcome", "DrainReader", "draining_nodes"]
+
+log = get_logger("drain")
+
+# How often the draining nodes are read from the GCS: a notice is acted on within a second.
+DRAIN_CHECK_S = 0.5
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """What a group does when a node of its ranks is being drained.
+
+    Attributes:
+        hand_over: start each affected rank's successor elsewhere and hand the rank over at the next
+            call boundary. False: ignore notices (the node's loss is then a failure like any other).
+        min_notice_s: a notice with less time than this left before its deadline is too short to
+            hand over in (a successor's start, the state copy and the init must fit before it); the
+            group says so and recovers when the node goes, as without a notice.
+    """
+
+    hand_over: bool = True
+    min_notice_s: float = 5.0
+
+
+class DrainOutcome(enum.StrEnum):
+    """How the notice for one rank ended (the ``outcome`` label of ``supervisor_drains_total``)."""
+
+    HANDED_OVER = "handed_over"  # its successor serves; the old rank was stopped
+    NO_CAPACITY = "no_capacity"  # no standby and no free bundle off draining nodes: recovered when the node goes
+    DEADLINE_TOO_SHORT = "deadline_too_short"  # less than min_notice_s left: recovered when the node goes
+    IGNORED = "ignored"  # the group does not act on notices (hand_over = false)
+    ABORTED = "aborted"  # the successor failed during the take-over: the rank kept its actor and is tried again
+
+
+class DrainReader:
+    """The GCS's draining nodes, read at most every ``period_s`` (shared by every caller in a process)."""
+
+    def __init__(self, read: Callable[[], dict[str, int]], period_s: float = DRAIN_CHECK_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self.period_s, self._clock = read, period_s, clock
+        self._lock = threading.Lock()
+        self._at = float("-inf")
+        self._nodes: dict[str, float | None] = {}
+        self._failing = False
+
+    def nodes(self) -> dict[str, float | None]:
+        """``{node id (hex): deadline (wall-clock seconds, None: none given)}`` of the draining nodes.
+
+        A GCS that does not answer leaves the last answer in place (a notice is not withdrawn
+        because the GCS was away for a moment)."""
+        with self._lock:
+            now = self._clock()
+            if now - self._at >= self.period_s:
+                self._at = now
+                try:
+                    raw = self._read()
+                except Exception as exc:
+                    if not self._failing:
+                        log.warning("draining_nodes_unknown", error=first_line(exc))
+                    self._failing = True
+                else:
+                    self._failing = False
+                    self._nodes = {str(node): (ms / 1000.0 if ms else None) for node, ms in raw.items()}
+            return dict(self._nodes)
+
+
+def _read_from_gcs() -> dict[str, int]:
+    import ray
+
+    return ray._private.worker.global_worker.gcs_client.get_draining_nodes(timeout=1)
+
+
+_reader: DrainReader | None = None
+_reader_lock = threading.Lock()
+
+
+def draining_nodes() -> dict[str, float | None]:
+    """The draining nodes of the cluster this process is connected to (see :class:`DrainReader`)."""
+    global _reader
+    with _reader_lock:
+        if _reader is None:
+            _reader = DrainReader(_read_from_gcs)
+        reader = _reader
+    return reader.nodes()
