@@ -11,7 +11,7 @@ import time
 import pytest
 
 from supervisor.cli.doctor import DoctorFacts, FindingKind, Phase, diagnose, render_findings
-from supervisor.daemon.record import FailureEvent, GroupRecord, SupervisorRecord
+from supervisor.daemon.record import DrainRecord, FailureEvent, GroupRecord, SupervisorRecord
 from supervisor.placement.resources import ClusterSnapshot, NodeResources, PlacementGroupRecord, PoolDemand
 from supervisor.supervision import RankStatus, WorkerState
 
@@ -125,6 +125,14 @@ def test_fewer_ready_standbys_than_wanted():
     assert finding.detail.startswith("1 of 3 standby(s) ready (1 starting)")
     group.standbys = [StandbyRecord(f"s{i}", [1, i], NODE) for i in range(3)]
     assert diagnose(facts(records=[record(groups={"g": group})], cluster_ray_version="2.60.0")) == []
+
+
+def test_a_rank_on_a_draining_node_is_a_warning_that_says_whether_a_hand_over_comes():
+    drains = [DrainRecord(NOW - 1, "g", 0, NODE, NOW + 20), DrainRecord(NOW - 1, "g", 1, NODE, NOW + 20, "no_capacity", "no free spare bundle")]
+    found = diagnose(facts(records=[record(drains=drains)], cluster_ray_version="2.60.0"))
+    assert kinds(found) == [("node draining", "job/g rank 0"), ("node draining", "job/g rank 1")]
+    assert "a hand-over is on its way" in found[0].detail and "deadline in 20s" in found[0].detail
+    assert "will not be handed over (no_capacity): no free spare bundle" in found[1].detail and "capacity_factor" in found[1].fix
 
 
 # -- real faults on a real cluster -----------------------------------------------------------------

@@ -16,6 +16,7 @@ from supervisor.cli.status import (
 )
 from supervisor.daemon.daemon import ExitCode, StopReason
 from supervisor.daemon.record import (
+    DrainRecord,
     FailureEvent,
     GroupRecord,
     Liveness,
@@ -40,6 +41,7 @@ def record(heartbeat_age_s: float = 0.0) -> SupervisorRecord:
                                  restarts=[[1, "node_lost", NOW - 5], [0, "died", NOW - 900]],
                                  bundles=[[0, 0], [1, 0]], standbys=[StandbyRecord("g_C_standby-3c4d", [0, 1], "n1")], standbys_wanted=1)},
         failures=[FailureEvent(NOW - 5, "g", 1, "node_lost", "ActorDiedError: node gone")],
+        drains=[DrainRecord(NOW - 2, "g", 0, "n1", NOW + 28, "no_capacity", "no ready standby")],
         driver_progress={"step": 7},
     )  # fmt: skip
 
@@ -115,6 +117,16 @@ def test_render_running_supervisor():
     assert " drift: rank 1 node_aaaaaaaaaaaa -> node_bbbbbbbbbbbb" in lines
     assert " standbys: 1/2 ready, 1 starting" in lines
     assert lines[-4:] == ["Pending Demands:", " (no resource demands)", "Warnings:", " (no warnings)"]
+
+
+def test_a_rank_on_a_draining_node_shows_its_deadline_and_why_it_is_not_handed_over():
+    with_drains = dataclasses.replace(report(alive=True).supervisors[0], drains=[
+        DrainRecord(NOW - 2, "g", 0, "a" * 56, NOW + 28, "no_capacity", "no ready standby"),
+        DrainRecord(NOW - 2, "g", 1, "a" * 56, None),
+    ])  # fmt: skip
+    lines = render_status(StatusReport(generated_at=NOW, supervisors=[with_drains])).splitlines()
+    assert " draining: rank 0 on node node_aaaaaaaaaaaa, deadline in 28s; no hand-over (no_capacity): no ready standby" in lines
+    assert " draining: rank 1 on node node_aaaaaaaaaaaa, no deadline; hand-over on its way" in lines
 
 
 def test_render_shows_failed_record_writes_and_detached_jobs():

@@ -59,6 +59,7 @@ class FindingKind(enum.Enum):
     STATE_UNPROTECTED = "state without a snapshot"
     STATE_DIVERGED = "replica state diverged"
     STATE_MEMORY = "snapshot memory near its bound"
+    DRAINING = "node draining"
 
 
 _PHASE = {
@@ -79,6 +80,7 @@ _PHASE = {
     FindingKind.STATE_UNPROTECTED: Phase.AFTER_START,
     FindingKind.STATE_DIVERGED: Phase.AFTER_START,
     FindingKind.STATE_MEMORY: Phase.AFTER_START,
+    FindingKind.DRAINING: Phase.AFTER_START,
 }
 
 
@@ -112,6 +114,7 @@ _SEVERITY = {
     FindingKind.STATE_UNPROTECTED: Severity.WARNING,
     FindingKind.STATE_DIVERGED: Severity.ERROR,
     FindingKind.STATE_MEMORY: Severity.WARNING,
+    FindingKind.DRAINING: Severity.WARNING,
 }
 
 
@@ -281,6 +284,14 @@ def diagnose(facts: DoctorFacts) -> list[Finding]:
                     "a call got no answer, or the heartbeat stopped (a stopped or GIL-bound process): look for a collective waiting on a dead peer, or raise call_timeout_s",
                 )  # fmt: skip
             )
+        for drain in record.drains:
+            deadline = "no deadline" if drain.deadline is None else f"deadline in {max(0.0, drain.deadline - facts.now):.0f}s"
+            if drain.outcome == "noticed":
+                detail, fix = f"node {drain.node[:12]} is being drained ({deadline}); a hand-over is on its way", "nothing to do: the rank moves at its next call boundary"
+            else:
+                detail = f"node {drain.node[:12]} is being drained ({deadline}) and the rank will not be handed over ({drain.outcome}): {drain.detail}"
+                fix = "give the pool spare bundles on other nodes (capacity_factor > 1) or standbys; the rank is recovered as a failure when the node goes"
+            findings.append(Finding(FindingKind.DRAINING, f"{record.name}/{drain.group} rank {drain.rank}", detail, fix))
         for warning in record.warnings:
             if warning.startswith("CPU oversubscribed"):
                 findings.append(

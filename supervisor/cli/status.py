@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..daemon.fence import observed_silence
-from ..daemon.record import Liveness, RecordStore, StateRecord, SupervisorRecord, liveness
+from ..daemon.record import DrainRecord, Liveness, RecordStore, StateRecord, SupervisorRecord, liveness
 from ..supervision import WorkerState
 from .table import format_duration
 
@@ -113,6 +113,7 @@ class SupervisorStatus:
     record_write_failures: int = 0
     last_record_write_error: str | None = None
     detached_grace_s: float = 0.0
+    drains: list[DrainRecord] = field(default_factory=list)  # ranks on draining nodes, not handed over yet
 
 
 @dataclass
@@ -227,7 +228,7 @@ def _supervisor_status(
     return SupervisorStatus(
         record.name, state.value, record.state, record.pid, record.host, record.started_at, record.heartbeat_at,
         silent, record.metrics_address, pools, groups, failures, list(record.warnings), measured,
-        record.record_write_failures, record.last_record_write_error, record.detached_grace_s,
+        record.record_write_failures, record.last_record_write_error, record.detached_grace_s, list(record.drains),
     )  # fmt: skip
 
 
@@ -264,6 +265,13 @@ STATUS_SCHEMA_VERSION = 1
 
 def status_to_json(report: StatusReport) -> dict[str, Any]:
     return {"schema_version": STATUS_SCHEMA_VERSION, **dataclasses.asdict(report)}
+
+
+def drain_line(drain: DrainRecord, now: float) -> str:
+    """One rank on a draining node: where, the deadline, and whether a hand-over is on its way or why not."""
+    deadline = "no deadline" if drain.deadline is None else f"deadline in {format_duration(max(0.0, drain.deadline - now))}"
+    what = "hand-over on its way" if drain.outcome == "noticed" else f"no hand-over ({drain.outcome}): {drain.detail}"
+    return f"draining: rank {drain.rank} on node {short_node(drain.node)}, {deadline}; {what}"
 
 
 def _when(t: float) -> str:
@@ -322,6 +330,7 @@ def render_status(report: StatusReport, wide: bool = False) -> str:
             if g.standbys_wanted:
                 items.append(f"standbys: {g.standbys_ready}/{g.standbys_wanted} ready" + (f", {g.standbys_starting} starting" if g.standbys_starting else ""))
             items += [f"drift: rank {d.rank} {short_node(d.original_node)} -> {short_node(d.current_node)}" for d in g.drifted]
+            items += [drain_line(d, now) for d in s.drains if d.group == g.name]
             if g.failure:
                 items.append(f"failure: {g.failure}")
             if g.training_state is not None and (wide or g.training_state.diverged_ranks):

@@ -32,6 +32,7 @@ from .fence import OwnerFence
 from .kv import KVStore
 from .record import (
     DaemonState,
+    DrainRecord,
     FailureEvent,
     GroupRecord,
     RecordStore,
@@ -57,6 +58,7 @@ class DaemonHooks(ObservingHooks):
 
     def __init__(self) -> None:
         self.failures: deque[FailureEvent] = deque(maxlen=RECENT_FAILURES)
+        self.drains: dict[tuple[str, int], DrainRecord] = {}  # ranks on draining nodes not handed over yet
         self.events = EventLog()
         # Writes the record now: set by the job once it has one.
         self.persist: Callable[[], None] | None = None
@@ -86,6 +88,7 @@ class DaemonHooks(ObservingHooks):
 
     def on_worker_recovered(self, group: str, rank: int, recovery_s: float | None) -> None:
         super().on_worker_recovered(group, rank, recovery_s)
+        self.drains.pop((group, rank), None)  # its node went before a hand-over: recovered like any loss
         after = f" {recovery_s:.1f}s after the failure" if recovery_s is not None else ""
         self.event(EventKind.WORKER_RECOVERED, f"serving again{after}", group=group, rank=rank)
 
@@ -117,15 +120,22 @@ class DaemonHooks(ObservingHooks):
 
     def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
         super().on_node_draining(group, node, deadline_in_s, ranks)
+        for rank in ranks:
+            at = time.time()
+            self.drains[(group, rank)] = DrainRecord(at, group, rank, node, None if deadline_in_s is None else at + deadline_in_s)
         deadline = "no deadline" if deadline_in_s is None else f"deadline in {deadline_in_s:.0f}s"
         self.event(EventKind.NODE_DRAINING, f"node {node[:12]} is being drained ({deadline}); rank(s) {ranks} run there", EventType.WARNING, group)
 
     def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: str, detail: str) -> None:
         super().on_drain_outcome(group, rank, node, outcome, detail)
+        known = self.drains.get((group, rank))
+        if known is not None:
+            known.outcome, known.detail = outcome, detail
         self.event(EventKind.DRAIN_NOT_HANDED_OVER, f"{outcome}: {detail}", EventType.WARNING, group, rank)
 
     def on_rank_handed_over(self, group: str, rank: int, seconds: float, source_node: str | None, target_node: str | None) -> None:
         super().on_rank_handed_over(group, rank, seconds, source_node, target_node)
+        self.drains.pop((group, rank), None)
         moved = f" from node {(source_node or '?')[:12]} to {(target_node or '?')[:12]}"
         self.event(EventKind.RANK_HANDED_OVER, f"handed over{moved} in {seconds:.2f}s (not a failure: nothing charged)", group=group, rank=rank)
 
@@ -220,6 +230,7 @@ class Job:
                     self.hooks.event(EventKind.DAEMON_STATE, f"{record.state} (pid {record.pid} on {record.host})")
                     self._announced_state = record.state
                 record.failures = list(self.hooks.failures)
+                record.drains = list(self.hooks.drains.values())
                 states = {s.group: s for s in self.state_domain.cached_status()} if self.state_domain is not None else {}
                 rollback = self.state_domain.last_rollback if self.state_domain is not None else None
                 for m in self.groups:

@@ -131,6 +131,20 @@ class FailureEvent:
 
 
 @dataclass
+class DrainRecord:
+    """A rank on a node being drained that has not been handed over yet: noticed (a hand-over on its
+    way), or why there will be none (``outcome``, a :class:`~supervisor.supervision.drain.DrainOutcome`)."""
+
+    time: float  # wall clock of the notice
+    group: str
+    rank: int
+    node: str
+    deadline: float | None  # wall clock; None: the notice gave none
+    outcome: str = "noticed"
+    detail: str = ""
+
+
+@dataclass
 class SupervisorRecord:
     name: str
     namespace: str
@@ -155,6 +169,7 @@ class SupervisorRecord:
     pools: dict[str, PoolRecord] = field(default_factory=dict)
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     failures: list[FailureEvent] = field(default_factory=list)
+    drains: list[DrainRecord] = field(default_factory=list)
     driver_progress: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # e.g. CPU oversubscription, found at start
 
@@ -188,6 +203,7 @@ class SupervisorRecord:
             for k, v in raw.get("groups", {}).items()
         }
         raw["failures"] = [_known(FailureEvent, f) for f in raw.get("failures", [])]
+        raw["drains"] = [_known(DrainRecord, d) for d in raw.get("drains", [])]
         return _known(cls, raw)
 
     def heartbeat_age(self, now: float) -> float:

@@ -56,6 +56,7 @@ from ..placement.resource_wait import RESOURCE_TIMEOUT_S
 from ..placement.standby import StandbyReach
 from ..state.kinds import StateConfig, StateKind
 from ..supervision import InFlightPolicy, SupervisionConfig
+from ..supervision.drain import DrainPolicy
 from ..supervision.init_policy import InitPolicy
 from ..supervision.lifecycle import ACTOR_START_TIMEOUT_S
 from ..supervision.restart_policy import RestartPolicy, RestartStrategy
@@ -196,6 +197,8 @@ class GroupSpec:
     snapshot_memory_mb: float = StateConfig.snapshot_memory_mb  # bound on what the group's kept snapshots take in the keepers (both copies, all kept steps)
     disk_dir: str | None = StateConfig.disk_dir  # directory of the disk fallback (torch.distributed.checkpoint; relative to the spec; shared storage on a real cluster)
     disk_snapshot_every: int = StateConfig.disk_snapshot_every  # disk snapshot at every this many step boundaries; 0: none
+    drain_hand_over: bool = DrainPolicy.hand_over  # a rank on a node being drained (a preemption notice) is handed over to a successor elsewhere at the next call boundary
+    drain_min_notice_s: float = DrainPolicy.min_notice_s  # less time than this before a drain's deadline: no hand-over (said so; recovered when the node goes)
 
     def state_config(self, base_dir: Path) -> StateConfig:
         disk = str((base_dir / self.disk_dir).resolve()) if self.disk_dir else None
@@ -236,6 +239,7 @@ class GroupSpec:
             standby_sched_idle=self.standby_sched_idle,
             standby_preload=tuple(self.standby_preload),
             actor_start_timeout_s=self.actor_start_timeout_s,
+            drain=DrainPolicy(self.drain_hand_over, self.drain_min_notice_s),
         )
 
 
@@ -665,6 +669,8 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.standby_warmup_method: given without standbys")
         if group.standby_reach is not StandbyReach.SAME_NODE and not group.standbys:
             problems.append(f"{path}.standby_reach: given without standbys")
+        if group.drain_min_notice_s < 0:
+            problems.append(f"{path}.drain_min_notice_s: must be >= 0, got {group.drain_min_notice_s:g}")
         if not 0 <= group.standby_nice <= NICE_MAX:
             problems.append(f"{path}.standby_nice: must be 0..{NICE_MAX} (a nice increment), got {group.standby_nice}")
         elif group.standby_nice != SupervisionConfig.standby_nice and not group.standbys:
