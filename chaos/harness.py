@@ -168,6 +168,8 @@ class JobOptions:
     snapshot_memory_mb: float = 64.0
     disk_dir: str | None = None  # the disk fallback of the trained groups' snapshots (absolute)
     disk_snapshot_every: int = 0
+    capacity_factor: float = 1.0  # spare bundles in every pool (successors of ranks on a draining node go there)
+    drain_hand_over: bool = True  # act on drain notices (false: a preemption costs a node loss)
 
     def spec(self, name: str, fault_dir: Path) -> str:
         group = textwrap.dedent(
@@ -184,6 +186,7 @@ class JobOptions:
             call_timeout_s = {self.call_timeout_s}
             shutdown_method = "shutdown"
             shutdown_timeout_s = {self.shutdown_timeout_s}
+            drain_hand_over = {str(self.drain_hand_over).lower()}
             """
         )
         lm = (
@@ -193,6 +196,7 @@ class JobOptions:
         layouts += [(g.name, str([1] * g.world_size)) for g in TRAINED_GROUPS if self.trained]
         pools = "".join(
             f"[pools.{pool}]\nprocess_on_nodes = {layout}\nresource_timeout_s = {self.resource_timeout_s}\nprogress_interval_s = {self.progress_interval_s}\n"
+            f"capacity_factor = {self.capacity_factor}\n"
             for pool, layout in layouts
         )
         trained = "".join(self._trained_group(g, group) for g in TRAINED_GROUPS if self.trained)

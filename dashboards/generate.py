@@ -649,6 +649,35 @@ def recovery() -> db.Dashboard:
                 ],
             )
         )
+        .with_panel(
+            timeseries_panel(
+                11,
+                "Drain notices by group and outcome",
+                "Ranks on nodes being drained (a preemption or maintenance notice), per bar's interval, by what became "
+                "of them: handed_over (the successor serves; nothing charged, nothing rolled back), no_capacity (no "
+                "standby or free spare bundle off the draining nodes), deadline_too_short (less notice than "
+                "drain_min_notice_s), ignored (drain_hand_over = false), aborted (the successor failed; tried again). "
+                "Anything but handed_over is recovered as a failure when the node goes.",
+                "short",
+                [
+                    target(
+                        f"sum by (supervisor, group, outcome) ({per_interval('supervisor_drains_total', group=True)})",
+                        "{{supervisor}}/{{group}} {{outcome}}",
+                    )
+                ],
+                bars=True,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                12,
+                "Hand-over time by group (p50, p95, max)",
+                "Time from a hand-over's start at a call boundary to the successor serving: how long the group's "
+                "calls waited for it (the successor was started and warmed before, while the old rank served).",
+                "s",
+                quantile_targets("supervisor_handover_seconds", "group", "{{supervisor}}/{{group}}", DISTRIBUTION_QUANTILES, group=True),
+            )
+        )
     )
 
 

@@ -1,6 +1,7 @@
 """Metrics, dashboards and alerts against real data: a real Prometheus (Debian's 2.42 binary, on
 127.0.0.1, 1 s scrapes, temporary storage, stopped by pid) scrapes a real `supervisor start` daemon
-whose group serves calls, has a worker SIGKILLed and loses its node (so drift happens); then every
+whose group serves calls, has a worker SIGKILLed and loses its node (so drift happens), and whose
+stateful group's node gets a preemption notice (one rank handed over, one without capacity); then every
 panel query and every variable query of every dashboard must return a non-empty success."""
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def http_json(url: str) -> dict:
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
-    """A four-node cluster (CPU head, three nodes of 2 GPUs), a daemon with traffic, a kill and a node
-    loss, and a Prometheus that scraped it all. Yields (prometheus URL, metrics URL)."""
+    """A five-node cluster (CPU head, four nodes of 2 GPUs), a daemon with traffic, a kill, a drain notice
+    and a node loss, and a Prometheus that scraped it all. Yields (prometheus URL, metrics URL)."""
     assert Path(PROMETHEUS).exists() and Path(PROMTOOL).exists(), "install Debian's prometheus package (CI does)"
     import ray
 
@@ -58,7 +59,7 @@ def scraped(tmp_path_factory):
     cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
     daemon = prometheus = None
     try:
-        nodes = [cluster.add_node(num_cpus=4, num_gpus=2) for _ in range(3)]
+        nodes = [cluster.add_node(num_cpus=4, num_gpus=2) for _ in range(4)]
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, namespace="observability-tests")
         metrics_port, prom_port = free_port(), free_port()
@@ -82,8 +83,8 @@ def scraped(tmp_path_factory):
                 init_method = "add"
                 init_kwargs = {{ n = 0 }}
                 [pools.s]
-                process_on_nodes = [1, 1]
-                use_gpu = false
+                process_on_nodes = [2]
+                capacity_factor = 1.5
                 resource_timeout_s = 120
                 [groups.trained]
                 pool = "s"
@@ -135,6 +136,15 @@ def scraped(tmp_path_factory):
         trained = ray.get_actor(record.groups["trained"].actor_names[0], namespace=record.namespace)
         os.kill(wait_for_beat(trained).pid, signal.SIGKILL)
         _wait(lambda: (_record("sv-obs").groups["trained"].training_state or EMPTY_STATE).last_rollback_step is not None, "the rollback", 60, explain)
+        # The sharded group's node gets a preemption notice: one spare bundle elsewhere, so rank 0 is
+        # handed over (its live state carried) and rank 1 has no capacity (it stays until the node goes).
+        from ray.core.generated import autoscaler_pb2
+
+        trained_node = _record("sv-obs").groups["trained"].ranks[0].node_id
+        reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
+        gcs = ray._private.worker.global_worker.gcs_client
+        assert gcs.drain_node(trained_node, reason, "observability test", int((time.time() + 300) * 1000))[0]
+        _wait(lambda: _prom_value(prom, 'sum(supervisor_drains_total{job="ray-supervisor"})') == 2, "both drain outcomes scraped", 60, explain)
         # The pool's node lost: its bundles are re-placed on a spare node, the replacements drift.
         node_of_pool = _record("sv-obs").groups["counters"].ranks[0].node_id
         (victim,) = [n for n in nodes if n.node_id == node_of_pool]
@@ -144,7 +154,7 @@ def scraped(tmp_path_factory):
         cluster.remove_node(victim)
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, namespace="observability-tests")
         _wait(lambda: sum(r.drifted for r in _record("sv-obs").groups["counters"].ranks) == 2, "drift of both ranks", 120, explain)
-        _wait(lambda: _prom_value(prom, 'sum(supervisor_placement_drift_workers{job="ray-supervisor"})') == 2, "drift scraped", 60, explain)
+        _wait(lambda: _prom_value(prom, 'sum(supervisor_placement_drift_workers{job="ray-supervisor",group="counters"})') == 2, "drift scraped", 60, explain)
         time.sleep(5)  # traffic on the recovered group, scraped
         yield prom, f"http://127.0.0.1:{metrics_port}/metrics"
     finally:
@@ -263,6 +273,11 @@ def test_the_kill_and_the_drift_are_in_prometheus(scraped):
     assert _prom_value(prom, f'supervisor_state_restore_seconds_count{{{trained},kind="snapshot"}}') >= 1
     assert _prom_value(prom, f"supervisor_state_steps_since_snapshot{{{trained}}}") <= 2
     assert 0 < _prom_value(prom, f"supervisor_state_snapshot_bytes{{{trained}}}") <= 4 * 2**20
+    # The drain notice: rank 0 handed over (its live state carried, nothing charged), rank 1 without capacity.
+    assert _prom_value(prom, f'supervisor_drains_total{{{trained},outcome="handed_over"}}') == 1
+    assert _prom_value(prom, f'supervisor_drains_total{{{trained},outcome="no_capacity"}}') == 1
+    assert _prom_value(prom, f"supervisor_handover_seconds_count{{{trained}}}") == 1
+    assert _prom_value(prom, f'supervisor_state_restore_seconds_count{{{trained},kind="live"}}') == 1
 
 
 def test_every_dashboard_query_returns_data(scraped):

@@ -12,6 +12,8 @@ from . import (
     kill_during_recovery,
     node_loss,
     pause,
+    preempt,
+    preempt_short,
     slow_stop,
     snapshot_kill,
     starvation,
@@ -29,5 +31,5 @@ SCENARIOS: dict[str, Scenario] = {
         module.PROFILES,
         module.TIME_LIMIT_S,
     )
-    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown, pause, kill_during_recovery, detach_gc, slow_stop, snapshot_kill, copies_loss)
+    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown, pause, kill_during_recovery, detach_gc, slow_stop, snapshot_kill, copies_loss, preempt, preempt_short)
 }

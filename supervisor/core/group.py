@@ -465,15 +465,20 @@ class WorkerGroup:
 
     def _fork_launcher(self, bundle: BundleRef) -> ZygoteLauncher | None:
         """How to fork a fresh rank in ``bundle`` from its node's zygote: only with the job's zygotes
-        or once standbys with a preload started some, and only when the one of the bundle's node is
-        ready (a replacement starts none). Any error means a plain start: the old actor is gone already."""
+        or once standbys with a preload started some. A node without one (a node loss's bundles
+        re-placed on a node the job had no rank on) gets one started, and the replacement waits for it
+        (at most :data:`FIRST_FORK_WAIT_S`): the ranks of one node loss then pay for one import
+        between them, not one each side by side on the same cores. Any error means a plain start: the
+        old actor is gone already."""
         from ray.util import placement_group_table
 
         if self._zygotes is None:
             return None
         try:
             node = placement_group_table(self._pgs[bundle.pg_index]).get("bundles_to_node_id", {}).get(bundle.bundle_index)
-            return self._zygotes.launcher(node, start=False)
+            if not node:
+                return None
+            return self._zygotes.wait_ready([node], FIRST_FORK_WAIT_S)[node]
         except Exception as exc:
             log.debug("replacement_not_forked", group=self.name_prefix, bundle=str(bundle), error=first_line(exc))
             return None
