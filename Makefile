@@ -28,12 +28,13 @@ run: setup
 quickstart: setup
 	$(BIN)/python examples/quickstart.py
 
-# Prometheus and promtool (Debian's package) for the observability tests. policy-rc.d keeps the package
-# from starting a system service: the tests run their own Prometheus on 127.0.0.1 and stop it.
+# Prometheus and promtool (Debian's package) for the observability tests, and Redis for the GCS
+# fault-tolerance tests (Ray's GCS keeps its tables there and restarts from them). policy-rc.d keeps the
+# packages from starting system services: the tests run their own, on 127.0.0.1, and stop them.
 tools:
-	@command -v promtool >/dev/null || { \
+	@{ command -v promtool && command -v redis-server; } >/dev/null || { \
 		created=0; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; created=1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; status=$$?; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server >/dev/null; status=$$?; \
 		[ $$created = 1 ] && rm -f /usr/sbin/policy-rc.d; exit $$status; }
 
 verl-src: $(VERL_SRC)/verl/protocol.py

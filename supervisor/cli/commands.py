@@ -100,8 +100,9 @@ def validate(spec_path: str, for_run: bool, no_imports: bool, as_json: bool) -> 
 @click.option("--log-json/--log-console", default=None, help="Log format (default: JSON unless stderr is a terminal).")
 def start(spec_path: str, address: str | None, log_level: str, log_json: bool | None) -> None:
     """Run the supervisor daemon for SPEC until it is stopped (SIGTERM, SIGINT, `supervisor stop`) or its
-    driver ends. Exit code 0 on a clean stop, 1 when a group FAILED, the driver raised or start-up
-    failed, 2 when the spec is invalid (nothing is created then)."""
+    driver ends. Exit code 0 on a clean stop, 1 when a group FAILED, the driver raised, start-up
+    failed or the cluster's GCS stayed unreachable past gcs_outage_grace_s (the job is then left
+    running), 2 when the spec is invalid (nothing is created then)."""
     from ..daemon.spec import SpecError, load_spec
     from ..observability.log import configure_logging
 
@@ -113,12 +114,19 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
             click.echo(f"error: {line}", err=True)
         sys.exit(2)
     from ..daemon.daemon import Daemon
+    from ..daemon.stop import StopReason
     from .status import collect_status, status_to_json
 
     def status_document() -> dict[str, Any]:  # what the daemon serves on /status
         return status_to_json(collect_status(time.time(), [spec.name]))
 
-    sys.exit(int(Daemon(spec, address=address or os.environ.get("RAY_ADDRESS"), status_document=status_document).run()))
+    daemon = Daemon(spec, address=address or os.environ.get("RAY_ADDRESS"), status_document=status_document)
+    code = int(daemon.run())
+    if daemon.stop_reason is StopReason.GCS_UNREACHABLE:  # Ray's exit hooks would wait for the GCS
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

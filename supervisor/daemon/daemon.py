@@ -38,7 +38,9 @@ from ..observability import metrics
 from ..observability.log import get_logger
 from ..supervision import GroupState
 from .claim import AlreadyRunningError, claim
+from .events import EventKind, EventType
 from .fence import OwnerFence
+from .gcs_watch import GcsWatch
 from .heartbeat import Heartbeat
 from .job import Job
 from .probes import ProbeResult, health, readiness
@@ -101,6 +103,7 @@ class Daemon:
         self._cluster = SpecCluster(spec, self.address)
         self._metrics_server: Any = None
         self._heartbeat = Heartbeat(self.job, self.request_stop, lambda: self._stop_reason is not None)
+        self._gcs_watch: GcsWatch | None = None
 
     # -- the whole life -------------------------------------------------------------------------
     def run(self) -> ExitCode:
@@ -122,6 +125,8 @@ class Daemon:
             self._disconnect()
             return ExitCode.FAILED
         self._heartbeat.start()
+        self._gcs_watch = GcsWatch(str(self.address), self.spec.supervisor.gcs_outage_grace_s, self._gcs_gone, self._gcs_back)
+        self._gcs_watch.start()
         try:
             job.phase = DaemonState.STARTING
             if not self._stop_event.is_set():
@@ -141,6 +146,15 @@ class Daemon:
             log.error("start_failed", supervisor=self.spec.name, error=self._error)
             reason = StopReason.START_FAILED
         return self._teardown(reason)
+
+    def _gcs_gone(self, message: str) -> None:
+        with self.job.lock:
+            self._error = self._error or message
+        log.error("gcs_unreachable_too_long", error=message)
+        self.request_stop(StopReason.GCS_UNREACHABLE)
+
+    def _gcs_back(self, outage_s: float) -> None:
+        self.job.hooks.event(EventKind.GCS_OUTAGE, f"the GCS was unreachable for {outage_s:.1f}s; the job ran on", EventType.WARNING)
 
     def request_stop(self, reason: StopReason) -> None:
         """Ask the daemon to tear down (thread-safe; the first reason is the one reported)."""
@@ -251,10 +265,19 @@ class Daemon:
                 self._error = "; ".join(str(m.supervisor.failure) for m in failed)
                 return StopReason.GROUP_FAILED
 
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self._stop_reason
+
     def _teardown(self, reason: StopReason) -> ExitCode:
         job = self.job
         with job.lock:
             self._stop_reason = self._stop_reason or reason
+            reason = self._stop_reason
+        if self._gcs_watch is not None:
+            self._gcs_watch.stop()
+        if reason is StopReason.GCS_UNREACHABLE:
+            return self._abandon(reason)
         scope = teardown_scope(reason, adopting=job.adopting)
         job.phase = DaemonState.STOPPING
         self._stop_event.set()
@@ -275,6 +298,18 @@ class Daemon:
         self._disconnect()
         log.info("supervisor_stopped", supervisor=self.spec.name, reason=reason.value, exit_code=int(code), error=self._error)
         return code
+
+
+    def _abandon(self, reason: StopReason) -> ExitCode:
+        """End without a word to the GCS (it is away: every call would wait for it): the job, its
+        record and the Ray connection are left as they are; the caller exits the process at once
+        (``os._exit``: Ray's own clean-up at exit would wait for the GCS too)."""
+        self.job.phase = DaemonState.STOPPING
+        self._stop_event.set()
+        self._heartbeat.halt()
+        self._stop_metrics()
+        log.error("supervisor_stopped", supervisor=self.spec.name, reason=reason.value, exit_code=int(reason.exit_code), error=self._error)
+        return reason.exit_code
 
 
 def _ray_version() -> str:

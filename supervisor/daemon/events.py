@@ -66,6 +66,7 @@ class EventKind(StrEnum):
     STATE_RESTORED = "StateRestored"  # a stateful group's replacement got its state (from a peer)
     ROLLED_BACK = "RolledBack"  # every stateful group went back to a snapshot
     SNAPSHOT_SKIPPED = "SnapshotSkipped"  # a snapshot would have passed its memory bound
+    GCS_OUTAGE = "GcsOutage"  # the cluster's GCS was unreachable for a while (a restart); the job ran on
     NODE_DRAINING = "NodeDraining"  # a node of the job's ranks got a drain (preemption) notice
     RANK_HANDED_OVER = "RankHandedOver"  # a rank left a draining node for its successor
     DRAIN_NOT_HANDED_OVER = "DrainNotHandedOver"  # a rank on a draining node stays until the node goes: why

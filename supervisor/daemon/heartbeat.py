@@ -36,6 +36,10 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._beat, name="supervisor-heartbeat", daemon=True)
         self._thread.start()
 
+    def halt(self) -> None:
+        """Stop beating after the write in progress (without waiting for it)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

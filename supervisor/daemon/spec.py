@@ -118,6 +118,10 @@ class SupervisorSection:
     # A detached job waits this long for the next start before `gc` may collect it.
     detached_grace_s: float = DEFAULT_DETACHED_GRACE_S
     on_sigterm: SigtermAction = SigtermAction.TEARDOWN
+    # The cluster's GCS unreachable (restarting under GCS fault tolerance) for longer than this: the
+    # daemon exits, leaving the job in place. Below Ray's own RAY_gcs_rpc_server_reconnect_timeout_s
+    # (60 s by default), after which Ray ends every process that cannot reach the GCS, this one too.
+    gcs_outage_grace_s: float = 45.0
 
 
 @dataclass(frozen=True)
@@ -593,6 +597,7 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
     positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
     positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
     positive("supervisor.detached_grace_s", sup.detached_grace_s)
+    positive("supervisor.gcs_outage_grace_s", sup.gcs_outage_grace_s)
     if 0 < sup.heartbeat_interval_s and 0 < sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
         problems.append(
             f"supervisor.orphan_grace_s: must exceed twice heartbeat_interval_s ({sup.heartbeat_interval_s:g}s), got {sup.orphan_grace_s:g}"

@@ -26,10 +26,11 @@ class StopReason(enum.Enum):
     GROUP_FAILED = "group failed"
     START_FAILED = "start failed"
     SUPERSEDED = "superseded"  # another daemon took the record over: leave everything to it
+    GCS_UNREACHABLE = "GCS unreachable"  # past gcs_outage_grace_s: leave the job for a restart to re-adopt
 
     @property
     def exit_code(self) -> ExitCode:
-        failed = (StopReason.DRIVER_RAISED, StopReason.GROUP_FAILED, StopReason.START_FAILED, StopReason.SUPERSEDED)
+        failed = (StopReason.DRIVER_RAISED, StopReason.GROUP_FAILED, StopReason.START_FAILED, StopReason.SUPERSEDED, StopReason.GCS_UNREACHABLE)
         return ExitCode.FAILED if self in failed else ExitCode.OK
 
     @property
@@ -48,8 +49,10 @@ def teardown_scope(reason: StopReason, adopting: bool) -> TeardownScope:
     A daemon superseded by another leaves everything to it; one asked to detach leaves everything to
     the next start (an upgrade of the daemon). A daemon that failed to start while
     re-adopting a job that survived a crash leaves that job in place (a busy metrics port or a flaky
-    init must not destroy a multi-day run): the next start re-adopts it, or `gc` collects it.
+    init must not destroy a multi-day run): the next start re-adopts it, or `gc` collects it. A
+    daemon whose GCS stayed away past its grace leaves everything too: the job may run on once the
+    GCS is back, and nothing could be removed meanwhile.
     """
-    if reason is StopReason.SUPERSEDED or reason.detaches or (reason is StopReason.START_FAILED and adopting):
+    if reason in (StopReason.SUPERSEDED, StopReason.GCS_UNREACHABLE) or reason.detaches or (reason is StopReason.START_FAILED and adopting):
         return TeardownScope.NOTHING
     return TeardownScope.EVERYTHING

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.heartbeat import read_beats
 from ..errors import first_line
 from ..observability.log import get_logger
-from . import death_watch
+from . import death_watch, gcs_outages
 from .config import SupervisionConfig
 from .failures import ErrorKind, UnavailableClock, judge_death
 from .restart_policy import Failure, FailureReason
@@ -112,6 +112,7 @@ class Detector:
         self._actor_ids: dict[int, str] = {}  # rank -> the actor watched (its beats' key)
         self._next_read = 0.0
         self._blind = False  # the last read of the beats failed
+        self._outages_seen = gcs_outages.state()[0]  # GCS outages (the daemon's watch) already taken into account
         self._last_read: float | None = None  # when the beats were last read
         self._hung: list[Detected] = []  # found by the last read of the beats, for collect()
         self._suspects: dict[int, _Suspect] = {}
@@ -168,6 +169,13 @@ class Detector:
         if now < self._next_read:
             return
         self._next_read = now + self.config.probe_period_s
+        outages, away = gcs_outages.state()
+        if away:  # the GCS is away: the ranks could not write their beats either
+            self._blind = True
+            return
+        if outages != self._outages_seen:
+            self._outages_seen = outages
+            self._blind = True  # their silence restarts now: their writes waited for the GCS too
         running = self._running()
         ids = {rank: self._actor_ids[rank] for rank in running if rank in self._actor_ids}
         try:

@@ -392,8 +392,11 @@ class _Planner:
                 self._serve(r, replaced=self.ranks[r].replaced)
 
     def _serve(self, rank: int, replaced: bool) -> None:
-        handover = self.ranks[rank].handover
-        self._move(rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True, handover=False, drain_said=None)
+        view = self.ranks[rank]
+        handover = view.handover
+        # What was said of a notice stays said for the same actor (a survivor re-formed around a hand-over).
+        drain_said = None if replaced else view.drain_said
+        self._move(rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True, handover=False, drain_said=drain_said)
         self.serving.append(rank)
         if replaced:
             self.renewed.append(rank)
