@@ -51,7 +51,10 @@ def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interv
 
 class ChaosCluster:
     """A CPU-only head (the daemon, its KV store and this driver) and ``gpu_nodes`` nodes with 6 CPUs
-    and 6 declared GPUs each; the example job needs 10 GPUs over its pools, so one node is spare."""
+    and 6 declared GPUs each; the example job needs 10 GPUs over its pools, so one node is spare.
+
+    The head's GCS keeps its tables in a Redis on 127.0.0.1 (Ray's GCS fault tolerance, as KubeRay's
+    ``ray.io/ft-enabled`` runs it), so a scenario can kill the GCS and start it again (:meth:`restart_gcs`)."""
 
     def __init__(self, gpu_nodes: int = 3) -> None:
         import ray
@@ -59,14 +62,27 @@ class ChaosCluster:
         from supervisor.daemon.local_cluster import LocalCluster
 
         self.wanted_gpu_nodes = gpu_nodes
-        self.cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
-        self.gpu_nodes: list[Any] = []
+        self.redis = RedisServer()
+        self.cluster: Any = None
         try:
+            # Read by the head's GCS when it starts, and again when it is started again.
+            os.environ["RAY_REDIS_ADDRESS"] = self.redis.address
+            os.environ["RAY_external_storage_namespace"] = f"chaos-{self.redis.port}"
+            self.cluster = LocalCluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+            self.gpu_nodes: list[Any] = []
             self.restore()
             ray.init(address=self.cluster.address, include_dashboard=False, log_to_driver=False, namespace="chaos")
         except BaseException:
-            self.cluster.shutdown()
+            if self.cluster is not None:
+                self.cluster.shutdown()
+            self.redis.stop()
             raise
+
+    def restart_gcs(self, outage_s: float) -> None:
+        """Kill the head's GCS process, wait ``outage_s``, start it again (it reloads from Redis)."""
+        self.cluster.head_node.kill_gcs_server()
+        time.sleep(outage_s)
+        self.cluster.head_node.start_gcs_server()
 
     @property
     def address(self) -> str:
@@ -95,8 +111,56 @@ class ChaosCluster:
     def shutdown(self) -> None:
         import ray
 
-        ray.shutdown()
-        self.cluster.shutdown()
+        try:
+            ray.shutdown()
+            self.cluster.shutdown()
+        finally:
+            self.redis.stop()
+
+
+class RedisServer:
+    """Debian's ``redis-server`` on 127.0.0.1 and a free port, without persistence; stopped by pid."""
+
+    def __init__(self) -> None:
+        import shutil
+        import socket
+        import tempfile
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server not found: install Debian's redis-server package (`make tools`)")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self._dir = tempfile.mkdtemp(prefix="chaos-redis-")
+        self.proc = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no", "--dir", self._dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        def listening() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return True
+            except OSError:
+                return self.proc.poll() is not None  # exited: the wait ends, and the check below says so
+
+        wait_until(listening, 10, "redis-server to listen", 0.05)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+
+    def stop(self) -> None:
+        import shutil
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class StateKind(enum.Enum):

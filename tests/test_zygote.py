@@ -26,6 +26,7 @@ from supervisor.core.zygote import (
     worker_sys_path,
 )
 from supervisor.core.zygote_launch import ZYGOTE_ENV
+from supervisor.daemon.spare_zygotes import nodes_that_fit, warm_spare_nodes
 from supervisor.errors import ConfigError
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy
@@ -158,6 +159,50 @@ def test_a_fresh_replacement_is_forked_from_the_zygote_standbys_started(ray_clus
     finally:
         group.kill()
         pool.teardown()
+
+
+def test_a_replacement_waits_for_its_nodes_zygote_while_it_starts_rather_than_importing_alone(ray_cluster, no_leaks):
+    """The ranks of a node loss go where Ray re-places their bundles, often a node whose zygote is not
+    up yet: each replacement waits for it (starting it when none runs) and forks, instead of each
+    importing the preload side by side."""
+    pool = ResourcePool([2], max_colocate_count=1, accelerator_type=NODE, capacity_factor=1.5)
+    group = create_group(pool, ClassWithInitArgs(ForkProbeWorker, start_s=0.0))
+    try:
+        init_group(group, "init_model", policy=FAST_INIT)
+        spare = next(b for b in group.all_bundles() if b not in group.rank_bundles)
+        group.start_standbys([spare], preload=("preload_marker",), nodes=group.placed_bundles())  # starts the zygote
+        node = group.placed_bundles()[group.rank_bundles[1]]
+        assert group.zygotes.launcher(node, start=False) is None, "the zygote is still starting"
+        group.replace_worker(1)  # at once: it waits for the zygote
+        info = group.process_info()[1]
+        zygote = group.zygotes.launcher(node, start=False).pid
+        assert info["ppid"] == zygote == info["marker_imported_in"] != info["pid"], info
+    finally:
+        group.kill()
+        pool.teardown()
+
+
+def test_the_daemons_spare_node_check_starts_the_jobs_zygotes_where_a_bundle_could_go():
+    nodes = [
+        {"NodeID": "gpu-a", "Alive": True, "Resources": {"CPU": 6.0, "GPU": 6.0}},
+        {"NodeID": "gpu-dead", "Alive": False, "Resources": {"CPU": 6.0, "GPU": 6.0}},
+        {"NodeID": "head", "Alive": True, "Resources": {"CPU": 2.0}},
+        {"NodeID": "small-gpu", "Alive": True, "Resources": {"CPU": 0.5, "GPU": 1.0}},
+    ]
+    assert nodes_that_fit(nodes, [{"CPU": 1.0, "GPU": 1.0}]) == ["gpu-a"]
+    assert nodes_that_fit(nodes, [{"CPU": 1.0, "GPU": 1.0}, {"CPU": 1.0, "GPU": 0.0}]) == ["gpu-a", "head"]
+    assert nodes_that_fit(nodes, []) == []
+
+
+def test_spare_nodes_get_the_jobs_zygote_before_any_rank_needs_it(ray_cluster, no_leaks):
+    shared = NodeZygotes("zyg-spare.", "ray_supervisor", ("preload_marker",), False, ray_kill_all)
+    try:
+        warm_spare_nodes([shared], [{"CPU": 1.0, "GPU": 1.0, f"accelerator_type:{NODE}": 0.001}])
+        (node,) = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+        launcher = _wait(lambda: shared.launcher(node, start=False), what="the spare node's zygote")
+        assert _alive(launcher.pid)
+    finally:
+        ray_kill_all(shared.take_handles())
 
 
 def test_groups_given_the_jobs_zygotes_fork_every_first_rank_and_leave_the_zygotes_to_their_owner(ray_cluster, no_leaks):

@@ -8,6 +8,7 @@ side: what the notice saves."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 
@@ -82,13 +83,14 @@ def run(ctx: Context, p: Params) -> None:
 
 
 def _preempt(ctx: Context, daemon, deadline_s: float) -> tuple[str, set[tuple[str, int]]]:
-    """Send the notice to a random node holding ranks; returns it and the ranks on it."""
+    """Send the notice to the node holding the most ranks (a random one of those); returns it and the ranks on it."""
     import ray
     from ray.core.generated import autoscaler_pb2
 
     nodes = rank_nodes(daemon.record())
     gpu_nodes = {n.node_id for n in ctx.cluster.gpu_nodes}
-    node = ctx.rng.choice(sorted({now for now, _, _ in nodes.values() if now in gpu_nodes}))
+    held = Counter(now for now, _, _ in nodes.values() if now in gpu_nodes)
+    node = ctx.rng.choice(sorted(n for n, count in held.items() if count == max(held.values())))
     affected = {k for k, (now, _, _) in nodes.items() if now == node}
     reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
     deadline_ms = int((time.time() + deadline_s) * 1000)

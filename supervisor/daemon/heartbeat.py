@@ -1,6 +1,7 @@
 """The heartbeat: rewrites the state record every ``heartbeat_interval_s`` (what ``supervisor status``
 reads) until the teardown ends, learns of a takeover from the owner fence's refusal, notices
-``supervisor stop``, and re-checks CPU oversubscription."""
+``supervisor stop``, re-checks CPU oversubscription, and keeps the job's zygotes on spare nodes
+(:mod:`.spare_zygotes`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..errors import SupersededError, first_line
 from ..observability.log import get_logger
 from .job import Job
 from .record import DaemonState
+from .spare_zygotes import SPARE_CHECK_S, warm_spare_nodes
 from .startup import warn_cpu_oversubscription
 from .stop import StopReason
 
@@ -50,6 +52,7 @@ class Heartbeat:
         assert job.store is not None
         interval = job.spec.supervisor.heartbeat_interval_s
         next_cpu_check = time.monotonic() + OVERSUBSCRIPTION_RECHECK_S
+        next_spare_check = time.monotonic()
         # Beats on through the teardown (state "stopping"), so `supervisor stop` waits for a slow
         # shutdown method and nobody takes over a job that is still being torn down.
         while not self._stop.wait(interval):
@@ -67,6 +70,9 @@ class Heartbeat:
                 if job.phase is DaemonState.RUNNING and time.monotonic() >= next_cpu_check:
                     warn_cpu_oversubscription(job)
                     next_cpu_check = time.monotonic() + OVERSUBSCRIPTION_RECHECK_S
+                if job.phase is DaemonState.RUNNING and job.zygotes and time.monotonic() >= next_spare_check:
+                    warm_spare_nodes(job.zygotes.values(), [pool.bundle() for pool in job.pools.values()])
+                    next_spare_check = time.monotonic() + SPARE_CHECK_S
                 how = job.store.stop_requested(job.spec.name, job.owner) if not self.stop_pending() else None
                 if how is not None:
                     log.info("stop_requested", by="supervisor stop", detach=how == "detach")

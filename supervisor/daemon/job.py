@@ -23,7 +23,7 @@ from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger
 from ..placement.pool import ResourcePool
 from ..state.domain import GroupStateStatus, Rollback, StateDomain
-from ..supervision import GroupSupervisor
+from ..supervision import GroupSupervisor, gcs_outages
 from ..supervision.init_policy import RankAttempt
 from ..supervision.restart_policy import within_window
 from .driver import DriverRun
@@ -42,7 +42,10 @@ from .record import (
 )
 from .spec import GroupSpec, SupervisorSpec
 
-__all__ = ["Job", "ManagedGroup", "DaemonHooks", "RECENT_FAILURES", "ProgressNotSerializableError", "check_progress"]
+__all__ = ["Job", "ManagedGroup", "DaemonHooks", "RECENT_FAILURES", "PROGRESS_WRITE_WAIT_S", "ProgressNotSerializableError", "check_progress"]
+
+# How long the driver's save_progress waits for the record write (a GCS restarting answers later).
+PROGRESS_WRITE_WAIT_S = 1.0
 
 log = get_logger("daemon")
 
@@ -269,6 +272,11 @@ class Job:
     def save_progress(self, progress: dict[str, Any]) -> None:
         """The driver's ``ctx.save_progress``: kept in the record for a restarted daemon's driver.
 
+        The record is written at once, and waited for at most :data:`PROGRESS_WRITE_WAIT_S`; while the
+        GCS is away (a restart under GCS fault tolerance) not at all: the heartbeat writes it once the
+        GCS is back, and the driver's steps go on meanwhile. A daemon that dies before then resumes
+        from the progress written last (a stateful group's rollback step wins over it anyway).
+
         Raises:
             ProgressNotSerializableError: a value JSON cannot hold (named by its key).
             SupersededError: another daemon took the supervisor over; the progress is not saved.
@@ -278,7 +286,25 @@ class Job:
             if self.record is None:  # torn down already
                 return
             self.record.driver_progress = json.loads(json.dumps(progress))
-        self.write_record()
+        if gcs_outages.state()[1]:
+            return  # the GCS is away (a restart): the heartbeat writes it once it is back; the driver goes on
+        # Written through, but waited for at most PROGRESS_WRITE_WAIT_S: a write that waits for a GCS
+        # going away as it started must not hold the driver's steps (the heartbeat writes again).
+        outcome: list[BaseException | None] = []
+        done = threading.Event()
+
+        def write() -> None:
+            try:
+                self.write_record()
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=write, name="supervisor-progress-write", daemon=True).start()
+        if done.wait(PROGRESS_WRITE_WAIT_S) and isinstance(outcome[0], SupersededError):
+            raise outcome[0]
 
 
 def check_progress(progress: Any) -> None:

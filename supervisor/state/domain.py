@@ -136,6 +136,10 @@ class _Member:
     group: WorkerGroup
     config: StateConfig
     wait_running: Callable[[], None]
+    # Ranks whose actor ran its init (None: every rank). A rollback loads only these in a group that is
+    # recovering itself: its fresh replacements get the rollback's step from that group's own restore.
+    running_ranks: Callable[[], Collection[int]] | None = None
+    loaded_actors: set[str] = field(default_factory=set)  # actors that got a state from the domain (restores, rollbacks)
     last_nbytes: int = 0  # of one snapshot (all its shards, one copy)
     snapshot_at: dict[int, float] = field(default_factory=dict)  # step -> domain clock when taken
     # What the last inventory showed (taken at every snapshot anyway): status reads it without a call.
@@ -205,11 +209,14 @@ class StateDomain:
         return self.last_boundary is None and self.updates_done == 0
 
     # -- membership -----------------------------------------------------------------------------
-    def register(self, group: WorkerGroup, config: StateConfig, wait_running: Callable[[], None] = lambda: None) -> None:
+    def register(
+        self, group: WorkerGroup, config: StateConfig, wait_running: Callable[[], None] = lambda: None,
+        running_ranks: Callable[[], Collection[int]] | None = None,
+    ) -> None:  # fmt: skip
         if not config.stateful:
             return
         with self._lock:
-            self._members[group.name] = _Member(group, config, wait_running)
+            self._members[group.name] = _Member(group, config, wait_running, running_ranks)
 
     def unregister(self, group_name: str) -> None:
         with self._lock:
@@ -515,6 +522,7 @@ class StateDomain:
                 ray.get([group.workers[r]._supervisor_load_state.remote(*captured.refs[r]) for r in ranks], timeout=LOAD_TIMEOUT_S)
             except Exception as exc:
                 raise StateLostError(f"group {group.name}: the live state of rank(s) {ranks} could not be carried across the hand-over: {first_line(exc)}") from exc
+            self._note_loaded(group, ranks)
         seconds = time.perf_counter() - started
         self.hooks.on_state_restored(group.name, "live", seconds, tuple(ranks))
         return seconds
@@ -540,6 +548,7 @@ class StateDomain:
                 ray.get([group.workers[r]._supervisor_load_state.remote(captured.state_ref, captured.digest_ref) for r in ranks], timeout=LOAD_TIMEOUT_S)
             except Exception as exc:
                 raise StateLostError(f"group {group.name}: the state of rank {captured.peer} could not be copied to rank(s) {ranks}: {first_line(exc)}") from exc
+            self._note_loaded(group, ranks)
         seconds = time.perf_counter() - started
         self.hooks.on_state_restored(group.name, "peer", seconds, tuple(ranks))
         return seconds
@@ -560,6 +569,7 @@ class StateDomain:
             ray.get(refs, timeout=LOAD_TIMEOUT_S)
         except Exception as exc:
             raise StateLostError(f"group {group.name}: rank(s) {ranks} could not load step {step}: {first_line(exc)}") from exc
+        self._note_loaded(group, ranks)
         seconds = time.perf_counter() - started
         log.info("state_restored_to_rollback", group=group.name, ranks=ranks, step=step, medium=target.medium.value)
         self.hooks.on_state_restored(group.name, restore_kind(target.medium.value), seconds, tuple(ranks))
@@ -569,7 +579,11 @@ class StateDomain:
         """Take every stateful group to the newest step all of them can restore, and announce it.
 
         ``group`` (the one that failed) has been re-initialised; the others are live and get their
-        loads queued behind whatever call they run.
+        loads queued behind whatever call they run (a survivor re-initialising: behind its init).
+        Another group that is recovering at the same time gets no load on its fresh replacements: one
+        whose init has not run cannot load a state, and that group's own init restores the rollback's
+        step into it afterwards (a peer copy or live state captured before this rollback is of a
+        history undone, and is not used; one captured after it is of the rolled-back survivors).
 
         Raises:
             StateLostError: no step is restorable by every group (one line: the group, the rank, the
@@ -586,14 +600,17 @@ class StateDomain:
             rollback = Rollback(target.step, tuple(sorted(self._members)), target.medium, cause)
             self._pending = rollback  # before any load: no call submitted from now on sees old state unannounced
             started = time.perf_counter()
-            refs = []
+            refs, loading = [], {}
             for _, member in sorted(self._members.items()):
-                refs += self._load_refs(member, target)
+                loading[member.group.name] = ranks = self._loadable(member, everyone=member.group is group)
+                refs += self._load_refs(member, target, ranks)
             try:
                 ray.get(refs, timeout=LOAD_TIMEOUT_S)
             except Exception as exc:
                 self._pending = None
                 raise StateLostError(f"rollback to step {target.step} failed while loading: {first_line(exc)}") from exc
+            for _, member in sorted(self._members.items()):
+                self._note_loaded(member.group, loading[member.group.name])
         seconds = time.perf_counter() - started
         self.last_rollback = rollback
         self._rollbacks += 1
@@ -625,6 +642,25 @@ class StateDomain:
             rollback = self.roll_back(anyone.group, cause)
             self._pending = None  # the driver starts from it: nothing to announce
             return rollback
+
+    def _loadable(self, member: _Member, everyone: bool) -> list[int]:
+        """The ranks of a member a rollback loads: every one (``everyone``: the group that failed, just
+        re-initialised), else those whose actor ran its init or already got a state from this domain.
+        A fresh replacement of a group that is recovering too is left to that group's own restore."""
+        ranks = range(member.group.world_size)
+        if everyone or member.running_ranks is None:
+            return list(ranks)
+        initialised = set(member.running_ranks())
+        workers = member.group.workers
+        return [r for r in ranks if r in initialised or workers[r]._actor_id.hex() in member.loaded_actors]
+
+    def _note_loaded(self, group: WorkerGroup, ranks: Collection[int]) -> None:
+        """``ranks`` of ``group`` hold a state this domain gave them (caller holds the lock)."""
+        member = self._members.get(group.name)
+        if member is None:
+            return
+        current = {w._actor_id.hex() for w in group.workers}
+        member.loaded_actors = (member.loaded_actors & current) | {group.workers[r]._actor_id.hex() for r in ranks}
 
     def _load_refs(self, member: _Member, target: RollbackTarget, ranks: Collection[int] | None = None) -> list[Any]:
         """Load ``target``'s step into ``ranks`` of the member's group (default: every rank)."""

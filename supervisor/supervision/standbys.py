@@ -146,9 +146,13 @@ class StandbyKeeper:
             return
         free = free_bundles(self.group.all_bundles(), self.group.rank_bundles, dict(self.group.standbys))
         bundles = standby_bundles(free, placed, self.ready_nodes().values(), missing)
+        # A successor for a rank on a draining node is due before a deadline, not speculative: it starts
+        # at the ranks' own CPU priority (a standby niced under SCHED_IDLE waits for idle cores).
+        urgent = self._successors > 0
         started = self.group.start_standbys(
-            bundles, self.config.standby_nice, self.config.standby_sched_idle, self.config.standby_preload, placed
-        )
+            bundles, 0 if urgent else self.config.standby_nice, False if urgent else self.config.standby_sched_idle,
+            self.config.standby_preload, placed,
+        )  # fmt: skip
         for standby in started:
             self._watch_starting(standby.bundle)
             log.info(

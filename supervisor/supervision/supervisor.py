@@ -127,7 +127,7 @@ class GroupSupervisor:
         if self.config.state.stateful:
             self._owns_domain = state_domain is None
             self.state_domain = state_domain or StateDomain(group.name_prefix, group.namespace, group.fence, self.hooks, clock)
-            self.state_domain.register(group, self.config.state, self.gate.wait_running)
+            self.state_domain.register(group, self.config.state, self.gate.wait_running, self._initialised_ranks)
 
     # -- public surface -------------------------------------------------------------------------
     @property
@@ -524,6 +524,12 @@ class GroupSupervisor:
     def _running_generations(self) -> dict[int, int]:
         with self.gate.cond:
             return {s.rank: s.generation for s in self.gate.ranks if s.state is WorkerState.RUNNING}
+
+    def _initialised_ranks(self) -> list[int]:
+        """Ranks whose actor ran its init: running, or a survivor re-initialising (not a fresh replacement)."""
+        with self.gate.cond:
+            views = self._loop.ranks
+        return [v.rank for v in views if v.state is WorkerState.RUNNING or (v.state is WorkerState.INITIALIZING and not v.replaced)]
 
     def _node_of(self, rank: int) -> str | None:
         return self.gate.ranks[rank].node_id
