@@ -19,7 +19,7 @@ import pytest
 from daemon_harness import BIN, ENV, TESTS_DIR, log_events, wait_for_record
 
 from supervisor.daemon.gcs_watch import GcsOutage, GcsState, GcsWatch
-from supervisor.supervision import gcs_outages
+from supervisor.core import gcs_outages
 
 # -- the outage clock, pure -----------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ from . import (
     hang,
     kill_during_recovery,
     node_loss,
-    node_loss_loaded,
     pause,
     preempt,
     preempt_short,
@@ -33,5 +32,5 @@ SCENARIOS: dict[str, Scenario] = {
         module.PROFILES,
         module.TIME_LIMIT_S,
     )
-    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown, pause, kill_during_recovery, detach_gc, slow_stop, snapshot_kill, copies_loss, preempt, preempt_short, gcs_restart, node_loss_loaded)
+    for module in (actor_kill, node_loss, supervisor_kill, hang, crash_loop, starvation, teardown, pause, kill_during_recovery, detach_gc, slow_stop, snapshot_kill, copies_loss, preempt, preempt_short, gcs_restart)
 }

@@ -2,8 +2,8 @@
 ranks must be replaced where Ray re-places their bundles, drift must be reported for exactly the ranks
 that moved, every step's items must come back exactly once, and nothing may be left at the end.
 
-With ``cpu_hog`` (the node-loss-loaded scenario), a process keeps one core busy beside the run, and one
-rank is killed alone first: the time until a node's ranks all serve again is noted beside that
+Both profiles run under load: a process keeps one core busy beside the run (``cpu_hog``), and one rank
+is killed alone first, so the time until a node's ranks all serve again is noted beside that
 single-rank recovery, measured the same way under the same load (the goal: within 1.3x)."""
 
 from __future__ import annotations
@@ -106,5 +106,5 @@ def _replaced(daemon, before: dict, node: str, affected: set) -> bool:
     return all(restarts[k] > before[k] and now[k][2] == "running" and now[k][0] not in (None, node) for k in affected)
 
 
-PROFILES = {"quick": Params(losses=1), "full": Params(losses=5)}
+PROFILES = {"quick": Params(losses=1, cpu_hog=True), "full": Params(losses=5, cpu_hog=True)}
 TIME_LIMIT_S = {"quick": 240.0, "full": 1200.0}

@@ -65,6 +65,11 @@ FENCE_ACTOR_NAME = "fence"
 
 # A fence call is a few milliseconds; one that takes this long means the GCS or the head is in trouble.
 FENCE_CALL_TIMEOUT_S = 30.0
+# The fence's calls that only read its state run in a group of their own: a write waiting for the GCS
+# (restarting) must not hold a stateful group's check, and with it the driver's steps. A claim still
+# runs one at a time with writes; a check racing a claim is the same race as a claim right after it.
+READS_GROUP = "reads"
+READ_ONLY = frozenset({"check", "status"})
 # How long a new fence may take to start (a worker process on the head node).
 _START_TIMEOUT_S = 120.0
 
@@ -236,6 +241,12 @@ class _FenceActor:
         return None if generation == self._state.generation else Refusal.SUPERSEDED
 
 
+def _method(handle: Any, name: str) -> Any:
+    """``handle``'s method ``name``; a read-only one runs in the fence's reads group, beside a write."""
+    method = getattr(handle, name)
+    return method.options(concurrency_group=READS_GROUP) if name in READ_ONLY else method
+
+
 def _unpickle_handle(data: bytes) -> Any:
     """An actor handle sent as bytes, or None when Ray can no longer describe its class.
 
@@ -261,7 +272,8 @@ def _fence_handle(supervisor: str, create: bool) -> Any:
     except ValueError:
         if not create:
             return None
-    return start_head_actor(_FenceActor, FENCE_ACTOR_NAME, namespace, 1, supervisor)  # one call at a time: see the class
+    # One call at a time (see the class), but for the read-only calls in a group of their own.
+    return start_head_actor(_FenceActor, FENCE_ACTOR_NAME, namespace, 1, supervisor, concurrency_groups={READS_GROUP: 1})
 
 
 def fence_status(supervisor: str, timeout_s: float = 5.0) -> FenceStatus | None:
@@ -272,7 +284,7 @@ def fence_status(supervisor: str, timeout_s: float = 5.0) -> FenceStatus | None:
     if handle is None:
         return None
     try:
-        return ray.get(handle.status.remote(), timeout=timeout_s)  # type: ignore[no-any-return]
+        return ray.get(_method(handle, "status").remote(), timeout=timeout_s)  # type: ignore[no-any-return]
     except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
         log.debug("fence_unreachable", supervisor=supervisor, error=first_line(exc))
         return None
@@ -404,12 +416,12 @@ class OwnerFence:
         if self.generation is None:
             raise SupersededError(f"supervisor {self.supervisor}: this process never claimed it")
         try:
-            refusal = ray.get(getattr(self._handle, method).remote(self.generation, *args), timeout=FENCE_CALL_TIMEOUT_S)
+            refusal = ray.get(_method(self._handle, method).remote(self.generation, *args), timeout=FENCE_CALL_TIMEOUT_S)
         except ray.exceptions.RayActorError:
             # The fence died (somebody killed it): a new one takes the generation from the record,
             # so this owner goes on only if the record still names it.
             self._handle = _fence_handle(self.supervisor, create=True)
-            refusal = ray.get(getattr(self._handle, method).remote(self.generation, *args), timeout=FENCE_CALL_TIMEOUT_S)
+            refusal = ray.get(_method(self._handle, method).remote(self.generation, *args), timeout=FENCE_CALL_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             raise ClusterUnavailableError(
                 f"the owner fence of supervisor {self.supervisor} did not answer {method} within {FENCE_CALL_TIMEOUT_S:g}s"

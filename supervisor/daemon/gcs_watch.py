@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..core import gcs_outages
 from ..errors import first_line
 from ..observability.log import get_logger
-from ..supervision import gcs_outages
 
 __all__ = ["GCS_PING_S", "GCS_WAIT_REPORT_S", "GcsState", "GcsOutage", "GcsWatch", "ping_gcs"]
 

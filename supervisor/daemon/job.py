@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import gcs_outages
 from ..core.group import WorkerGroup
 from ..core.zygote import NodeZygotes
 from ..errors import SupersededError, SupervisorError, first_line
@@ -23,7 +24,7 @@ from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger
 from ..placement.pool import ResourcePool
 from ..state.domain import GroupStateStatus, Rollback, StateDomain
-from ..supervision import GroupSupervisor, gcs_outages
+from ..supervision import GroupSupervisor
 from ..supervision.init_policy import RankAttempt
 from ..supervision.restart_policy import within_window
 from .driver import DriverRun

@@ -25,15 +25,17 @@ HEAD_RESOURCE = "node:__internal_head__"
 KV store, the owner fence) to the head, whose loss ends the cluster anyway."""
 
 
-def start_head_actor(cls: type, name: str, namespace: str, max_concurrency: int, *args: Any) -> Any:
+def start_head_actor(cls: type, name: str, namespace: str, max_concurrency: int, *args: Any, concurrency_groups: dict[str, int] | None = None) -> Any:
     """Start one of the supervisor's own actors (the KV store, the owner fence), or get it when a
     concurrent creator won: detached, named, 0 CPUs, on the head node, never restarted (a restarted
-    one would come back empty)."""
+    one would come back empty). ``concurrency_groups``: Ray's, beside the default group of
+    ``max_concurrency`` threads."""
     import ray
 
     # get_if_exists: two creators racing (two daemons, a retry) end up with the same actor.
     options = dict(name=name, namespace=namespace, lifetime="detached", get_if_exists=True, num_cpus=0, max_restarts=0)
-    return ray.remote(cls).options(**options, resources={HEAD_RESOURCE: 0.001}, max_concurrency=max_concurrency).remote(*args)
+    remote_cls = ray.remote(concurrency_groups=concurrency_groups)(cls) if concurrency_groups else ray.remote(cls)  # not an .options() key
+    return remote_cls.options(**options, resources={HEAD_RESOURCE: 0.001}, max_concurrency=max_concurrency).remote(*args)
 
 
 def namespace_of(supervisor: str) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core import gcs_outages
 from ..core.state_endpoints import DISK_MARKER
 from ..errors import ConfigError, RolledBack, StateLostError, first_line
 from ..fencing import UNFENCED, Fence
@@ -708,10 +709,27 @@ class StateDomain:
             self.keepers.kill()
 
 
-def _alive_nodes() -> list[str]:
-    import ray
+_last_alive: list[str] = []  # the GCS's last answer (kept for a snapshot taken while it restarts)
+NODES_TIMEOUT_S = 1.0
 
-    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+
+def _alive_nodes() -> list[str]:
+    """The nodes the GCS calls alive. While the GCS is away (a restart under GCS fault tolerance) or
+    does not answer within :data:`NODES_TIMEOUT_S`, its last answer: snapshots go on meanwhile, and
+    a node lost during the outage is seen once the GCS is back."""
+    global _last_alive
+    import ray
+    from ray.core.generated import gcs_pb2
+
+    if not (gcs_outages.state()[1] and _last_alive):
+        try:
+            infos = ray._private.worker.global_worker.gcs_client.get_all_node_info(timeout=NODES_TIMEOUT_S)
+        except Exception:
+            if not _last_alive:
+                raise
+        else:
+            _last_alive = sorted(node_id.hex() for node_id, info in infos.items() if info.state == gcs_pb2.GcsNodeInfo.GcsNodeState.ALIVE)
+    return list(_last_alive)
 
 
 def _disk_copies(member: _Member) -> list[ShardCopy]:

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core import gcs_outages
 from ..core.heartbeat import read_beats
 from ..errors import first_line
 from ..observability.log import get_logger
-from . import death_watch, gcs_outages
+from . import death_watch
 from .config import SupervisionConfig
 from .failures import ErrorKind, UnavailableClock, judge_death
 from .restart_policy import Failure, FailureReason
