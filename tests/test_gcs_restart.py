@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from daemon_harness import BIN, ENV, TESTS_DIR, log_events, wait_for_record
 
-from supervisor.daemon.gcs_watch import GcsOutage, GcsState, GcsWatch
 from supervisor.core import gcs_outages
+from supervisor.daemon.gcs_watch import GcsOutage, GcsState, GcsWatch
 
 # -- the outage clock, pure -----------------------------------------------------------------------
 
@@ -165,6 +165,10 @@ def _spec(tmp: Path, name: str, grace_s: float, metrics_port: int) -> Path:
     return spec
 
 
+class _NO_STATE:  # noqa: N801 - a record's training state before the first snapshot
+    last_snapshot_step = None
+
+
 def _calls(metrics_port: int) -> float:
     """Calls of ``add`` the daemon's driver completed (from its own /metrics)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
@@ -232,7 +236,10 @@ def test_a_gcs_away_past_the_grace_ends_the_daemon_in_one_line_and_leaves_the_jo
     from supervisor.daemon.ownership import find_owned, remove_owned
     from supervisor.daemon.record import RecordStore
 
-    daemon, log, _ = _start(ft_cluster, "gcs-grace", grace_s=3.0)
+    daemon, log, metrics_port = _start(ft_cluster, "gcs-grace", grace_s=3.0)
+    # Settled first: an actor still being created when the GCS goes is not one a restarted GCS brings back.
+    _wait(lambda: _calls(metrics_port) > 5, 30, "the driver's first calls")
+    _wait(lambda: (RecordStore().get("gcs-grace").groups["trained"].training_state or _NO_STATE).last_snapshot_step is not None, 30, "a snapshot")
     actors_before = sorted(find_owned("gcs-grace").actors)
     try:
         ft_cluster.head_node.kill_gcs_server()
@@ -245,7 +252,11 @@ def test_a_gcs_away_past_the_grace_ends_the_daemon_in_one_line_and_leaves_the_jo
         assert line.startswith(f"the GCS at {ft_cluster.address} has been unreachable for ") and "(gcs_outage_grace_s = 3)" in line
         # Nothing was torn down: the record and every actor of the job are still there for a restart.
         _wait(lambda: RecordStore().get("gcs-grace") is not None, 30, "the record, read again")
-        assert sorted(find_owned("gcs-grace").actors) == actors_before
+        # The restarted GCS takes a moment to hear from every raylet again (their actors show meanwhile).
+        try:
+            _wait(lambda: sorted(find_owned("gcs-grace").actors) == actors_before, 30, "every actor of the job")
+        except AssertionError:
+            raise AssertionError(f"before {actors_before}, after {sorted(find_owned('gcs-grace').actors)}") from None
     finally:
         _stop(daemon)
         remove_owned("gcs-grace", find_owned("gcs-grace"))

@@ -40,7 +40,7 @@ from ..supervision import GroupState
 from .claim import AlreadyRunningError, claim
 from .events import EventKind, EventType
 from .fence import OwnerFence
-from .gcs_watch import GcsWatch
+from .gcs_watch import GcsWatch, gcs_address
 from .heartbeat import Heartbeat
 from .job import Job
 from .probes import ProbeResult, health, readiness
@@ -125,7 +125,7 @@ class Daemon:
             self._disconnect()
             return ExitCode.FAILED
         self._heartbeat.start()
-        self._gcs_watch = GcsWatch(str(self.address), self.spec.supervisor.gcs_outage_grace_s, self._gcs_gone, self._gcs_back)
+        self._gcs_watch = GcsWatch(gcs_address(), self.spec.supervisor.gcs_outage_grace_s, self._gcs_gone, self._gcs_back)
         self._gcs_watch.start()
         try:
             job.phase = DaemonState.STARTING

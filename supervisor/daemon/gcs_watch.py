@@ -15,16 +15,16 @@ how long the GCS has been unreachable. Ray's own processes give up after
 from __future__ import annotations
 
 import enum
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core import gcs_outages
-from ..errors import first_line
 from ..observability.log import get_logger
 
-__all__ = ["GCS_PING_S", "GCS_WAIT_REPORT_S", "GcsState", "GcsOutage", "GcsWatch", "ping_gcs"]
+__all__ = ["GCS_PING_S", "GCS_WAIT_REPORT_S", "GcsState", "GcsOutage", "GcsWatch", "gcs_address", "ping_gcs"]
 
 log = get_logger("daemon")
 
@@ -61,15 +61,25 @@ class GcsOutage:
         return 0.0 if self.since is None else now - self.since
 
 
-def ping_gcs(timeout_s: float = GCS_PING_S) -> bool:
-    """Whether the GCS this process is connected to answers within ``timeout_s``."""
+def gcs_address() -> str:
+    """The address of the GCS this process is connected to (``host:port``)."""
     import ray
 
+    return str(ray._private.worker.global_worker.gcs_client.address)
+
+
+def ping_gcs(address: str, timeout_s: float = GCS_PING_S) -> bool:
+    """Whether the GCS at ``address`` accepts a connection within ``timeout_s``.
+
+    A TCP connection, not a GCS call: a call into Ray's GCS client while it reconnects can block far
+    past its own timeout (seen: through the next restart), which would hide the end of one outage
+    and the start of the next. A GCS process that is gone refuses at once."""
+    host, _, port = address.rpartition(":")
     try:
-        ray._private.worker.global_worker.gcs_client.internal_kv_exists(b"supervisor-gcs-ping", b"supervisor", timeout=timeout_s)
-    except Exception:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
         return False
-    return True
 
 
 class GcsWatch:
@@ -78,9 +88,10 @@ class GcsWatch:
 
     def __init__(
         self, address: str, grace_s: float, on_exceeded: Callable[[str], None], on_back: Callable[[float], None],
-        ping: Callable[[], bool] = ping_gcs, clock: Callable[[], float] = time.monotonic,
+        ping: Callable[[], bool] | None = None, clock: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
-        self.address, self.on_exceeded, self.on_back, self._ping, self._clock = address, on_exceeded, on_back, ping, clock
+        self.address, self.on_exceeded, self.on_back, self._clock = address, on_exceeded, on_back, clock
+        self._ping = ping if ping is not None else (lambda: ping_gcs(address))
         self.outage = GcsOutage(grace_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,12 +109,7 @@ class GcsWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = self._clock()
-            try:
-                reachable = self._ping()
-            except Exception as exc:  # the watch must not die: an error is an unreachable GCS
-                log.debug("gcs_ping_failed", error=first_line(exc))
-                reachable = False
-            if self.step(reachable, self._clock()):
+            if self.step(self._ping(), self._clock()):
                 return
             self._stop.wait(max(0.0, GCS_PING_S - (self._clock() - started)))
 
