@@ -81,6 +81,10 @@ def test_a_notice_without_capacity_or_time_is_said_once_and_left_to_recovery():
     assert [(n.rank, n.outcome) for n in plan.drain_notes] == [(0, DrainOutcome.NO_CAPACITY), (1, DrainOutcome.NO_CAPACITY)]
     again = decide(plan.state, [_drain(), _seen(free=())], config, now + 1)
     assert again.empty and not again.drain_notes  # said once
+    # Free spares are no room for a successor where standbys cannot be started (not a Worker subclass).
+    cannot = DrainSeen({0: 130.0, 1: 130.0}, frozenset({DRAINING}), False, can_start_successors=False)
+    plan = decide(initial_state(2), [cannot, _seen()], config, now)
+    assert {n.outcome for n in plan.drain_notes} == {DrainOutcome.NO_CAPACITY} and not plan.successors_wanted
     # Spares on the draining node itself are no capacity either.
     plan = decide(initial_state(2), [_drain(), _seen(spare_node=DRAINING)], config, now)
     assert {n.outcome for n in plan.drain_notes} == {DrainOutcome.NO_CAPACITY}

@@ -163,11 +163,14 @@ class DrainSeen:
         ranks: each running rank on a draining node, with its node's deadline (loop clock; None: none).
         nodes: every draining node (no successor goes there).
         at_boundary: no call of the group is in flight and new ones are held (a hand-over may start).
+        can_start_successors: standbys can be started for the group (a Worker subclass that created
+            its actors): a free spare bundle is then room for a successor.
     """
 
     ranks: Mapping[int, float | None]
     nodes: frozenset[str]
     at_boundary: bool = False
+    can_start_successors: bool = True
 
 
 Observation = RankFailed | ReplacementDone | InitDone | PlacementSeen | DrainSeen
@@ -445,7 +448,8 @@ class _Planner:
         placement = self.placement or PlacementSeen({}, {}, {}, ())
         off_drain = {b: n for b, n in placement.bundle_nodes.items() if n and n not in seen.nodes}
         standbys = sorted(b for b, node in placement.standbys.items() if b in off_drain and node not in seen.nodes)
-        free = sum(1 for b in (*placement.free, *placement.starting) if b in off_drain)
+        free = sum(1 for b in placement.free if b in off_drain) if seen.can_start_successors else 0
+        free += sum(1 for b in placement.starting if b in off_drain)
         chosen: list[Replacement] = []
         for rank in due:
             deadline = seen.ranks[rank]

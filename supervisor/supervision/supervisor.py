@@ -313,7 +313,7 @@ class GroupSupervisor:
             affected = sorted(r for r, n in on_drain.items() if n == node)
             self.hooks.on_node_draining(self.group.name, node, None if deadline is None else deadline - wall, affected)
         self._draining_seen &= set(nodes)
-        return DrainSeen(ranks, frozenset(nodes), self.gate.at_boundary())
+        return DrainSeen(ranks, frozenset(nodes), self.gate.at_boundary(), self.standby.can_start)
 
     def _placement(self) -> PlacementSeen:
         group = self.group
@@ -330,7 +330,7 @@ class GroupSupervisor:
             b
             for b in free_bundles(group.all_bundles(), rank_bundles.values(), dict(group.standbys))
             if b not in self._reserved.values()
-        ] if self.standby.can_start or not self._draining_seen else []  # a successor must be able to start there
+        ]
         ready = self.standby.ready_nodes()
         starting = tuple(b for b in group.standbys if b not in ready)
         return PlacementSeen(rank_bundles, placed, ready, tuple(free), starting)
