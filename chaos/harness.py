@@ -5,6 +5,7 @@ cluster's tables). This process is a second Ray driver: it injects faults and ch
 
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import os
@@ -23,7 +24,7 @@ from .reference import GroupRecipe
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray address on loopback
 
 __all__ = [
-    "REPO", "BIN", "ENV", "ChaosCluster", "JobOptions", "TrainedGroup", "TRAINED_GROUPS", "Daemon", "wait_until", "rank_actor",
+    "REPO", "BIN", "ENV", "ChaosCluster", "JobOptions", "TrainedGroup", "TRAINED_GROUPS", "Daemon", "wait_until", "event_time", "rank_actor",
     "actor_pid", "leftovers", "stop_everything",
 ]  # fmt: skip
 
@@ -35,6 +36,11 @@ PRELOAD = ("torch", "torch.distributed.optim", "tensordict")
 # 6 GPUs a node, as examples/rlhf/rlhf.toml: the job's 10 ranks fit on two nodes, and still fit on what
 # is left after a node loss (before a node is added back).
 GPU_NODE = {"num_cpus": 6, "num_gpus": 6}
+
+
+def event_time(event: dict[str, Any]) -> float:
+    """Wall-clock time of a daemon log event (its ISO ``timestamp``)."""
+    return datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
 def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:

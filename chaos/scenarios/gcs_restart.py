@@ -6,12 +6,11 @@ afterwards. Noted: how long the driver's steps stalled around each restart."""
 
 from __future__ import annotations
 
-import datetime
 import time
 from dataclasses import dataclass
 
 from ..faults import rank_restarts, stop_daemon
-from ..harness import JobOptions
+from ..harness import JobOptions, event_time
 from ..runner import Context
 
 
@@ -57,7 +56,7 @@ def run(ctx: Context, p: Params) -> None:
     history = [(e.time, e.kind) for e in RecordStore().events(ctx.name)]
     if history[: len(history_before)] != history_before:
         ctx.violation("the event history lost or changed events across GCS restarts")
-    steps = [_when(e) for e in events if e.get("event") == "rlhf_step"]
+    steps = [event_time(e) for e in events if e.get("event") == "rlhf_step"]
     ctx.report.notes["GCS outages seen by the daemon (s)"] = [e.get("outage_s") for e in events if e.get("event") == "gcs_reachable_again"]
     ctx.report.notes["longest gap between steps around each restart (s)"] = [round(_longest_gap(steps, a, b), 2) for a, b in windows]
     gaps = sorted(b - a for a, b in zip(steps, steps[1:], strict=False))
@@ -69,9 +68,6 @@ def run(ctx: Context, p: Params) -> None:
     ctx.check_state_intact()
     ctx.check_torn_down()
 
-
-def _when(event: dict) -> float:
-    return datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
 def _longest_gap(steps: list[float], start: float, end: float) -> float:

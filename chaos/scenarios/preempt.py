@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..faults import rank_nodes, rank_restarts, stop_daemon
-from ..harness import JobOptions, wait_until
+from ..harness import JobOptions, event_time, wait_until
 from ..invariants import account_steps
 from ..runner import Context
 
@@ -37,11 +37,12 @@ def run(ctx: Context, p: Params) -> None:
     daemon = ctx.start(JobOptions(capacity_factor=CAPACITY_FACTOR))
     daemon.wait_running()
     daemon.wait_steps(1)
-    handovers: list[float] = []
+    notices: list[float] = []  # wall clock of each notice
     notice_to_off: list[float] = []
     for _ in range(p.preemptions):
         if not ctx.time_left():
             break
+        notices.append(time.time())
         node, affected = _preempt(ctx, daemon, p.deadline_s)
         notice = time.monotonic()
         if not p.short:
@@ -58,6 +59,8 @@ def run(ctx: Context, p: Params) -> None:
         daemon.wait_steps(daemon.steps_done() + 1)
     events = daemon.events()
     handovers = [e["seconds"] for e in events if e.get("event") == "rank_handed_over"]
+    seen = [event_time(e) for e in events if e.get("event") == "node_draining"]
+    ctx.report.notes["notice -> seen by the daemon (s)"] = [round(min((t for t in seen if t >= at), default=float("nan")) - at, 2) for at in notices]
     outcomes = sorted({e["outcome"] for e in events if e.get("event") == "drain_not_handed_over"})
     restarts = sum(rank_restarts(daemon.record()).values())
     rollbacks = account_steps(events).rollbacks
@@ -102,6 +105,7 @@ def _preempt(ctx: Context, daemon, deadline_s: float) -> tuple[str, set[tuple[st
     if not accepted:
         raise RuntimeError(f"the GCS refused the drain of node {node[:12]}: {why}")
     return node, affected
+
 
 
 def _off(daemon, node: str, affected: set[tuple[str, int]]) -> bool:
