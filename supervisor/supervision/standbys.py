@@ -140,8 +140,8 @@ class StandbyKeeper:
             log.debug("standby_placement_unknown", group=self.group.name, error=first_line(exc))
             return
         # A standby on a draining node counts for nothing: it goes with the node, and none starts there.
+        missing = self.config.standbys + self._successors - sum(1 for b in self.group.standbys if placed.get(b) not in self._draining)
         placed = {b: n for b, n in placed.items() if n not in self._draining}
-        missing = self.config.standbys + self._successors - sum(1 for b in self.group.standbys if b in placed)
         if missing <= 0:
             return
         free = free_bundles(self.group.all_bundles(), self.group.rank_bundles, dict(self.group.standbys))

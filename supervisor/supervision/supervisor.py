@@ -321,7 +321,7 @@ class GroupSupervisor:
         group = self.group
         rank_bundles = dict(enumerate(group.rank_bundles))
         spare_pg = group.resource_pool.spare_pg if group.resource_pool is not None else None
-        if not self.standby.enabled and (spare_pg is None or not self.standby.can_start):
+        if not self.standby.enabled and spare_pg is None:
             return PlacementSeen(rank_bundles, {}, {}, ())  # every rank goes back to its own bundle
         try:
             placed: dict[BundleRef, str | None] = dict(group.placed_bundles())
