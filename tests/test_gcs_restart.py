@@ -35,16 +35,22 @@ def test_an_outage_is_timed_from_its_first_failed_ping_and_ends_at_the_first_ans
     assert outage.observe(False, 30.5) is GcsState.EXCEEDED
 
 
+def test_the_process_wide_outage_record_counts_outages_that_ended():
+    ended, _ = gcs_outages.state()
+    gcs_outages.note(False)
+    assert gcs_outages.state() == (ended, True)  # detection judges nobody while the GCS is away
+    gcs_outages.note(True)
+    assert gcs_outages.state() == (ended + 1, False)  # and restarts every rank's silence from here
+
+
 def test_the_watch_reports_each_outage_and_ends_once_past_the_grace_with_one_line():
-    exceeded, back = [], []
-    watch = GcsWatch("127.0.0.1:6379", 5.0, exceeded.append, back.append, ping=lambda: True)
+    exceeded, back, noted = [], [], []
+    watch = GcsWatch("127.0.0.1:6379", 5.0, exceeded.append, back.append, ping=lambda: True, note=noted.append)
     assert not watch.step(False, 0.0) and not watch.step(False, 3.0)
-    ended = gcs_outages.state()[0]
     assert not watch.step(True, 4.0) and back == [4.0]
-    assert gcs_outages.state() == (ended + 1, False)  # detection restarts every rank's silence from here
     assert not watch.step(False, 10.0) and not watch.step(False, 15.0)
     assert watch.step(False, 15.5)
-    assert gcs_outages.state()[1]  # detection is told the GCS is away: it judges nobody meanwhile
+    assert noted == [False, False, True, False, False, False]  # what detection is told, ping by ping
     (line,) = exceeded
     assert line.startswith("the GCS at 127.0.0.1:6379 has been unreachable for 6s (gcs_outage_grace_s = 5)") and "\n" not in line
 

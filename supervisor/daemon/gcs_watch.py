@@ -84,13 +84,16 @@ def ping_gcs(address: str, timeout_s: float = GCS_PING_S) -> bool:
 
 class GcsWatch:
     """A thread that pings the GCS every :data:`GCS_PING_S`, logs an outage while it lasts, reports
-    each one that ended (``on_back(seconds)``) and calls ``on_exceeded(message)`` once past the grace."""
+    each one that ended (``on_back(seconds)``) and calls ``on_exceeded(message)`` once past the grace.
+    Every ping's result goes to ``note`` (default: :func:`supervisor.core.gcs_outages.note`, which this
+    process's detection and snapshots read)."""
 
     def __init__(
         self, address: str, grace_s: float, on_exceeded: Callable[[str], None], on_back: Callable[[float], None],
         ping: Callable[[], bool] | None = None, clock: Callable[[], float] = time.monotonic,
+        note: Callable[[bool], None] = gcs_outages.note,
     ) -> None:  # fmt: skip
-        self.address, self.on_exceeded, self.on_back, self._clock = address, on_exceeded, on_back, clock
+        self.address, self.on_exceeded, self.on_back, self._clock, self._note = address, on_exceeded, on_back, clock, note
         self._ping = ping if ping is not None else (lambda: ping_gcs(address))
         self.outage = GcsOutage(grace_s)
         self._stop = threading.Event()
@@ -115,7 +118,7 @@ class GcsWatch:
 
     def step(self, reachable: bool, now: float) -> bool:
         """Feed one ping result; True once the grace is exceeded (the watch ends)."""
-        gcs_outages.note(reachable)  # detection judges nobody on the gap
+        self._note(reachable)  # this process's detection judges nobody on the gap
         state = self.outage.observe(reachable, now)
         grace = self.outage.grace_s
         if state is GcsState.BACK:
