@@ -41,6 +41,7 @@ EXPORTED: dict[str, tuple[str, dict[str, tuple[str, ...] | None]]] = {
     "supervisor_build_info": ("gauge", {"version": None, "ray_version": None}),
     "supervisor_state_steps_since_snapshot": ("gauge", {"group": None}),
     "supervisor_state_diverged_replicas": ("gauge", {"group": None}),
+    "supervisor_drains_total": ("counter", {"group": None, "outcome": ("handed_over", "no_capacity", "deadline_too_short", "ignored", "aborted")}),
 }
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"job": None, "instance": None}
