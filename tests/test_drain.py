@@ -19,7 +19,7 @@ from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
 from supervisor.core.protocol import DataProto
 from supervisor.core.state_tree import state_digest
 from supervisor.observability.metrics import REGISTRY
-from supervisor.placement.standby import BundleRef, ReplacementKind
+from supervisor.placement.standby import BundleRef, ReplacementKind, StandbyReach
 from supervisor.state.kinds import StateConfig, StateKind
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig, WorkerState
 from supervisor.supervision.drain import DrainOutcome, DrainPolicy, DrainReader
@@ -96,6 +96,15 @@ def test_a_notice_without_capacity_or_time_is_said_once_and_left_to_recovery():
     # The node goes: a failure like any other, charged.
     plan = decide(plan.state, [RankFailed(Failure(0, FailureReason.NODE_LOST, "gone")), _seen()], ignoring, now + 5)
     assert [r.reason for r in plan.restarts] == [FailureReason.NODE_LOST]
+
+
+def test_a_failure_and_a_hand_over_in_one_pass_never_share_a_standby():
+    config = _config(standby_reach=StandbyReach.ANY_NODE)
+    failed = RankFailed(Failure(0, FailureReason.DIED, "killed"))
+    plan = decide(initial_state(2), [failed, _drain(ranks=(1,), at_boundary=True), _seen(standbys=SPARES[:1])], config, 100.0)
+    bundles = [r.bundle for r in plan.replacements]
+    assert len(bundles) == len(set(bundles)) and SPARES[0] in bundles
+    assert [(r.rank, r.handover) for r in plan.replacements] == [(0, False)]  # the failure took the one standby
 
 
 def test_a_successor_that_fails_leaves_the_old_actor_serving_and_is_tried_again():

@@ -302,7 +302,7 @@ class _Planner:
         if self.escalation is None:
             replacements = self._start_replacements()
         if self.escalation is None and self.drain is not None:
-            replacements += self._plan_hand_overs(self.drain)
+            replacements += self._plan_hand_overs(self.drain, taken={r.bundle for r in replacements})
         if self.escalation is None:
             init = self._start_init()
         return self._finish(replacements, init)
@@ -435,9 +435,10 @@ class _Planner:
             self._move(replacement.rank, WorkerState.RESTARTING, in_task=True)
         return plan
 
-    def _plan_hand_overs(self, seen: DrainSeen) -> list[Replacement]:
+    def _plan_hand_overs(self, seen: DrainSeen, taken: set[BundleRef]) -> list[Replacement]:
         """Hand-overs of running ranks on draining nodes: started at a call boundary once a successor
-        is ready off those nodes; until then, successors are asked for (or the plan says why none)."""
+        is ready off those nodes; until then, successors are asked for (or the plan says why none).
+        ``taken``: bundles this pass's failure replacements go to."""
         for view in list(self.ranks):  # a notice withdrawn (or a rank moved off it) is forgotten
             if view.drain_said is not None and view.rank not in seen.ranks:
                 self._set(view.rank, drain_said=None)
@@ -447,8 +448,8 @@ class _Planner:
         policy = self.config.drain
         placement = self.placement or PlacementSeen({}, {}, {}, ())
         off_drain = {b: n for b, n in placement.bundle_nodes.items() if n and n not in seen.nodes}
-        standbys = sorted(b for b, node in placement.standbys.items() if b in off_drain and node not in seen.nodes)
-        free = sum(1 for b in placement.free if b in off_drain) if seen.can_start_successors else 0
+        standbys = sorted(b for b, node in placement.standbys.items() if b in off_drain and node not in seen.nodes and b not in taken)
+        free = sum(1 for b in placement.free if b in off_drain and b not in taken) if seen.can_start_successors else 0
         free += sum(1 for b in placement.starting if b in off_drain)
         chosen: list[Replacement] = []
         for rank in due:
