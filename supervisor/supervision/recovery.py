@@ -165,6 +165,7 @@ class ReplacementTask:
         """The standby takes the rank while the old actor lives on (a predecessor, ended once the
         successor serves). Any failure leaves the old actor the rank: the hand-over is aborted."""
         group, replacement, rank = self.group, self.replacement, self.replacement.rank
+        standby = group.standbys.get(replacement.bundle)
         try:
             handle = group.take_over(rank, replacement.bundle, timeout_s=self.config.probe_timeout_s, keep_old=True)
             group.rank_nodes[rank] = _ask_node(handle, self.config.actor_start_timeout_s, f"successor of rank {rank}", self.bundles.runner)
@@ -174,8 +175,8 @@ class ReplacementTask:
         except SupersededError:
             raise RecoveryStopped() from None
         except Exception as exc:
-            standby = replacement.bundle
-            self.hooks.on_standby_failed(group.name, str(standby), f"hand-over of rank {rank} failed: {ray_error_line(exc)}")
+            name = standby.name if standby is not None else str(replacement.bundle)
+            self.hooks.on_standby_failed(group.name, name, f"hand-over of rank {rank} failed: {ray_error_line(exc)}")
             if rank in group.predecessors:  # taken over, then lost: the old actor is the rank again
                 group.restore_predecessor(rank)
             return ReplacementDone(rank, error=f"hand-over failed: {ray_error_line(exc)}")
