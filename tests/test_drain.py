@@ -129,9 +129,14 @@ def test_a_stateful_group_re_forms_around_a_hand_over_with_every_ranks_live_stat
     two = _drain(ranks=(0, 1), at_boundary=True)
     plan = decide(initial_state(2), [two, _seen(standbys=SPARES[:1], free=())], config, 0.0)
     assert [(n.rank, n.outcome) for n in plan.drain_notes] == [(1, DrainOutcome.NO_CAPACITY)]
-    plan = decide(plan.state, [ReplacementDone(0)], config, 1.0)
+    plan = decide(plan.state, [ReplacementDone(0), DrainSeen({1: 130.0}, frozenset({DRAINING}))], config, 1.0)
     plan = decide(plan.state, [InitDone((0, 1)), DrainSeen({1: 130.0}, frozenset({DRAINING}))], config, 2.0)
     assert plan.handed_over == (0,) and not plan.drain_notes
+    assert not decide(plan.state, [DrainSeen({1: 130.0}, frozenset({DRAINING}))], config, 3.0).drain_notes
+    # Its node's notice withdrawn (or the rank moved): forgotten, and said again if it comes back.
+    plan = decide(plan.state, [DrainSeen({}, frozenset())], config, 4.0)
+    plan = decide(plan.state, [DrainSeen({1: 130.0}, frozenset({DRAINING})), _seen(free=())], config, 5.0)
+    assert [(n.rank, n.outcome) for n in plan.drain_notes] == [(1, DrainOutcome.NO_CAPACITY)]
     # A collective without state re-forms too, with nothing to restore.
     collective = _config(restart=RestartPolicy(strategy=RestartStrategy.ONE_FOR_ALL))
     plan = decide(initial_state(2), [_drain(ranks=(1,), at_boundary=True), _seen(standbys=SPARES[:1])], collective, 0.0)

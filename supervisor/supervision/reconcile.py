@@ -157,10 +157,11 @@ class PlacementSeen:
 
 @dataclass(frozen=True)
 class DrainSeen:
-    """Nodes being drained, and the running ranks on them (observed on every pass while any drains).
+    """Nodes being drained, and the ranks on them (observed on every pass while any drains).
 
     Attributes:
-        ranks: each running rank on a draining node, with its node's deadline (loop clock; None: none).
+        ranks: each rank on a draining node (running or not: one being re-initialised is still there),
+            with its node's deadline (loop clock; None: none).
         nodes: every draining node (no successor goes there).
         at_boundary: no call of the group is in flight and new ones are held (a hand-over may start).
         can_start_successors: standbys can be started for the group (a Worker subclass that created

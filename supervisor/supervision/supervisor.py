@@ -307,7 +307,7 @@ class GroupSupervisor:
         self._drains_active = bool(nodes)  # one more pass once the last drain ends: what was said is forgotten
         now, wall = self.clock(), time.time()
         with self.gate.cond:
-            on_drain = {s.rank: s.node_id for s in self.gate.ranks if s.state is WorkerState.RUNNING and s.node_id in nodes}
+            on_drain = {s.rank: s.node_id for s in self.gate.ranks if s.node_id in nodes}
         ranks = {r: (None if nodes[n] is None else now + nodes[n] - wall) for r, n in on_drain.items() if n is not None}
         for node in sorted({n for n in on_drain.values() if n is not None} - self._draining_seen):
             self._draining_seen.add(node)
