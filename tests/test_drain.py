@@ -70,8 +70,10 @@ def test_a_hand_over_waits_for_a_standby_then_a_call_boundary_and_charges_nothin
     assert [v.state for v in plan.state.ranks] == [WorkerState.RESTARTING] * 2
     plan = decide(plan.state, [ReplacementDone(0), ReplacementDone(1)], config, now + 1)
     assert plan.init is not None and plan.init.ranks == (0, 1) and plan.init.restore is StateRestore.NONE
-    plan = decide(plan.state, [InitDone((0, 1))], config, now + 2)
+    # The observer still places them on the draining node (their new nodes are learnt as they serve).
+    plan = decide(plan.state, [InitDone((0, 1)), _drain(), _seen()], config, now + 2)
     assert plan.handed_over == (0, 1) and plan.renewed == (0, 1) and plan.state.group is GroupState.RUNNING
+    assert not plan.drain_notes and not plan.successors_wanted
     assert not plan.state.history  # nothing against the restart budget
 
 

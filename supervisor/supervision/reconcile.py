@@ -443,7 +443,8 @@ class _Planner:
         for view in list(self.ranks):  # a notice withdrawn (or a rank moved off it) is forgotten
             if view.drain_said is not None and view.rank not in seen.ranks:
                 self._set(view.rank, drain_said=None)
-        due = sorted(r for r in seen.ranks if self.ranks[r].state is WorkerState.RUNNING)
+        # A rank renewed in this pass runs a new actor: where it runs is learnt on the next pass.
+        due = sorted(r for r in seen.ranks if self.ranks[r].state is WorkerState.RUNNING and r not in self.renewed)
         if not due:
             return []
         policy = self.config.drain
