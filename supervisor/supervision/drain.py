@@ -58,34 +58,45 @@ class DrainOutcome(enum.StrEnum):
 
 
 class DrainReader:
-    """The GCS's draining nodes, read at most every ``period_s`` (shared by every caller in a process)."""
+    """The GCS's draining nodes, as last read: a thread of its own reads them every ``period_s``, so a
+    supervision loop that asks never waits for the GCS (one reader per process, however many groups)."""
 
     def __init__(self, read: Callable[[], dict[str, int]], period_s: float = DRAIN_CHECK_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._read, self.period_s, self._clock = read, period_s, clock
         self._lock = threading.Lock()
-        self._at = float("-inf")
         self._nodes: dict[str, float | None] = {}
         self._failing = False
+        self._thread: threading.Thread | None = None
 
     def nodes(self) -> dict[str, float | None]:
-        """``{node id (hex): deadline (wall-clock seconds, None: none given)}`` of the draining nodes.
-
-        A GCS that does not answer leaves the last answer in place (a notice is not withdrawn
-        because the GCS was away for a moment)."""
+        """``{node id (hex): deadline (wall-clock seconds, None: none given)}`` of the draining nodes,
+        as last read (the reading thread starts on the first call)."""
         with self._lock:
-            now = self._clock()
-            if now - self._at >= self.period_s:
-                self._at = now
-                try:
-                    raw = self._read()
-                except Exception as exc:
-                    if not self._failing:
-                        log.warning("draining_nodes_unknown", error=first_line(exc))
-                    self._failing = True
-                else:
-                    self._failing = False
-                    self._nodes = {str(node): (ms / 1000.0 if ms else None) for node, ms in raw.items()}
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="supervisor-drain-reader", daemon=True)
+                self._thread.start()
             return dict(self._nodes)
+
+    def refresh(self) -> None:
+        """Read the draining nodes once. A GCS that does not answer leaves the last answer in place (a
+        notice is not withdrawn because the GCS was away for a moment)."""
+        try:
+            raw = self._read()
+        except Exception as exc:
+            if not self._failing:
+                log.warning("draining_nodes_unknown", error=first_line(exc))
+            self._failing = True
+            return
+        self._failing = False
+        nodes = {str(node): (ms / 1000.0 if ms else None) for node, ms in raw.items()}
+        with self._lock:
+            self._nodes = nodes
+
+    def _run(self) -> None:
+        while True:
+            started = self._clock()
+            self.refresh()
+            time.sleep(max(0.0, self.period_s - (self._clock() - started)))
 
 
 def _read_from_gcs() -> dict[str, int]:

@@ -114,7 +114,7 @@ class GroupSupervisor:
         self._reserved: dict[int, BundleRef] = {}  # rank -> spare bundle its replacement in flight goes to
         self._wake_at: float | None = None
         self._draining_seen: set[str] = set()  # draining nodes of this group's ranks already announced
-        self._drains_active = False  # the last pass saw draining nodes
+        self._drains_active = False  # the last pass saw ranks of this group on draining nodes
         self._handover_started: dict[int, tuple[float, str | None]] = {}  # rank -> (started, node it leaves)
         self._published_budget: tuple[int, int] | None = None  # (in window, allowed) the hooks last got
         self._tasks = TaskRunner(group.name, self._task_finished)
@@ -302,12 +302,14 @@ class GroupSupervisor:
         """The draining nodes and this group's running ranks on them (None: nothing drains, and
         nothing said of an earlier notice is left to forget)."""
         nodes = draining_nodes()
-        if not nodes and not self._drains_active:
-            return None
-        self._drains_active = bool(nodes)  # one more pass once the last drain ends: what was said is forgotten
+        on_drain: dict[int, str | None] = {}
+        if nodes:
+            with self.gate.cond:
+                on_drain = {s.rank: s.node_id for s in self.gate.ranks if s.node_id in nodes}
+        if not on_drain and not self._drains_active:
+            return None  # no rank of this group on a draining node: nothing to plan, no placement to read
+        self._drains_active = bool(on_drain)  # one more pass once none is: what was said is forgotten
         now, wall = self.clock(), time.time()
-        with self.gate.cond:
-            on_drain = {s.rank: s.node_id for s in self.gate.ranks if s.node_id in nodes}
         ranks = {r: (None if nodes[n] is None else now + nodes[n] - wall) for r, n in on_drain.items() if n is not None}
         for node in sorted({n for n in on_drain.values() if n is not None} - self._draining_seen):
             self._draining_seen.add(node)
