@@ -62,6 +62,7 @@ class Predecessor:
     bundle: BundleRef
     name: str
     node: str | None
+    rendezvous: Rendezvous | None  # the group's rendezvous before the take-over (rank 0's picks a new one)
 
 
 @dataclass(frozen=True)
@@ -511,7 +512,7 @@ class WorkerGroup:
             raise ConfigError(f"group {self.name_prefix} has no standby in bundle {bundle}")
         if not keep_old:
             self._kill_rank(rank)
-        previous = self._bundles[rank]
+        previous, rendezvous = self._bundles[rank], self._rendezvous
         self._bundles[rank] = bundle
         try:
             if rank == 0:
@@ -519,10 +520,12 @@ class WorkerGroup:
             info = ray.get(standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s)
         except BaseException:
             self._bundles[rank] = previous
+            if keep_old:  # the old rank 0 serves on: so does the rendezvous the others use
+                self._rendezvous = rendezvous
             self._end([standby.handle])
             raise
         if keep_old:
-            self.predecessors[rank] = Predecessor(self._workers[rank], previous, self._worker_names[rank], self.rank_nodes.get(rank))
+            self.predecessors[rank] = Predecessor(self._workers[rank], previous, self._worker_names[rank], self.rank_nodes.get(rank), rendezvous)
         self._workers[rank] = standby.handle
         self._worker_names[rank] = standby.name
         self.rank_nodes[rank] = info["node_id"]
@@ -629,12 +632,15 @@ class WorkerGroup:
 
     def restore_predecessor(self, rank: int) -> None:
         """A hand-over whose successor failed after taking the rank: the old actor is the rank again
-        (with its bundle, name and node), and the successor is ended."""
+        (with its bundle, name, node and, for rank 0, the rendezvous the other ranks still use), and
+        the successor is ended."""
         old = self.predecessors.pop(rank)
         failed = self._workers[rank]
         self._workers[rank], self._bundles[rank], self._worker_names[rank] = old.handle, old.bundle, old.name
         if old.node is not None:
             self.rank_nodes[rank] = old.node
+        if rank == 0 and old.rendezvous is not None:
+            self._rendezvous = old.rendezvous
         self._end([failed])
 
     def end_predecessor(self, rank: int) -> None:
