@@ -511,22 +511,9 @@ class StateDomain:
         Raises:
             StateLostError: a source died before its state was copied, or a digest did not match.
         """
-        import ray
-
         ranks = sorted(captured.refs)
-        with self._lock:  # never interleaved with a rollback's loads
-            self.fence.check()
-            if captured.rollbacks != self._rollbacks and self.last_rollback is not None:
-                return self._restore_to_last_rollback(group, ranks)
-            started = time.perf_counter()
-            try:
-                ray.get([group.workers[r]._supervisor_load_state.remote(*captured.refs[r]) for r in ranks], timeout=LOAD_TIMEOUT_S)
-            except Exception as exc:
-                raise StateLostError(f"group {group.name}: the live state of rank(s) {ranks} could not be carried across the hand-over: {first_line(exc)}") from exc
-            self._note_loaded(group, ranks)
-        seconds = time.perf_counter() - started
-        self.hooks.on_state_restored(group.name, "live", seconds, tuple(ranks))
-        return seconds
+        what = f"the live state of rank(s) {ranks} could not be carried across the hand-over"
+        return self._load_captured(group, ranks, captured.refs.__getitem__, captured.rollbacks, "live", what)
 
     def restore_from_peer(self, group: WorkerGroup, captured: CapturedPeer, ranks: list[int]) -> float:
         """Load a captured peer state into ``ranks`` (each checks the digest); the seconds it took.
@@ -538,20 +525,28 @@ class StateDomain:
         Raises:
             StateLostError: the peer died before its state was copied, or a digest did not match.
         """
+        what = f"the state of rank {captured.peer} could not be copied to rank(s) {ranks}"
+        return self._load_captured(group, ranks, lambda _: (captured.state_ref, captured.digest_ref), captured.rollbacks, "peer", what)
+
+    def _load_captured(
+        self, group: WorkerGroup, ranks: list[int], source: Callable[[int], tuple[Any, Any]], rollbacks: int, kind: str, what: str,
+    ) -> float:  # fmt: skip
+        """Load into each of ``ranks`` the ``(state ref, digest ref)`` captured for it, under the lock a
+        rollback holds; a rollback since the capture (``rollbacks``) wins. ``what`` says what was lost."""
         import ray
 
         with self._lock:  # never interleaved with a rollback's loads
             self.fence.check()  # the ranks belong to whoever owns the job now
-            if captured.rollbacks != self._rollbacks and self.last_rollback is not None:
+            if rollbacks != self._rollbacks and self.last_rollback is not None:
                 return self._restore_to_last_rollback(group, ranks)
             started = time.perf_counter()
             try:
-                ray.get([group.workers[r]._supervisor_load_state.remote(captured.state_ref, captured.digest_ref) for r in ranks], timeout=LOAD_TIMEOUT_S)
+                ray.get([group.workers[r]._supervisor_load_state.remote(*source(r)) for r in ranks], timeout=LOAD_TIMEOUT_S)
             except Exception as exc:
-                raise StateLostError(f"group {group.name}: the state of rank {captured.peer} could not be copied to rank(s) {ranks}: {first_line(exc)}") from exc
+                raise StateLostError(f"group {group.name}: {what}: {first_line(exc)}") from exc
             self._note_loaded(group, ranks)
         seconds = time.perf_counter() - started
-        self.hooks.on_state_restored(group.name, "peer", seconds, tuple(ranks))
+        self.hooks.on_state_restored(group.name, kind, seconds, tuple(ranks))
         return seconds
 
     def _restore_to_last_rollback(self, group: WorkerGroup, ranks: list[int]) -> float:
