@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .faults import stop_daemon
 from .harness import TRAINED_GROUPS, ChaosCluster, Daemon, JobOptions, stop_everything, wait_nothing_left
 from .invariants import account_steps, check_nothing_left, check_state_intact, check_steps, final_state
 from .reference import ReferenceRun, reference_run
@@ -111,6 +112,16 @@ class Context:
         self.report.notes["trained state checked at step(s)"] = at_steps
         if per_daemon and not checked:
             self.violation("state: no run logged a trained state at its end")
+
+    def end_job(self, daemon: Daemon, min_steps: int) -> None:
+        """The usual end of a scenario: `supervisor stop` (exit 0 expected), then every step's items
+        once, the trained state intact and nothing left behind."""
+        code = stop_daemon(daemon, self.cluster.address)
+        if code != 0:
+            self.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
+        self.check_steps_and_items(min_steps=min_steps)
+        self.check_state_intact()
+        self.check_torn_down()
 
     def check_torn_down(self) -> None:
         pgs, actors, record = wait_nothing_left(self.name)

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 
-from ..faults import KillMethod, group_sizes, kill_actor, rank_restarts, stop_daemon
+from ..faults import KillMethod, group_sizes, kill_actor, rank_restarts
 from ..harness import JobOptions, rank_actor, wait_until
 from ..invariants import check_restarts
 from ..runner import Context
@@ -56,12 +56,7 @@ def run(ctx: Context, p: Params) -> None:
     daemon.wait_steps(steps + 2)  # the job still makes progress
     ctx.report.violations += check_restarts(kills, rank_restarts(daemon.record()))
     ctx.timings_from_events()
-    code = stop_daemon(daemon, ctx.cluster.address)
-    if code != 0:
-        ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
-    ctx.check_steps_and_items(min_steps=3)
-    ctx.check_state_intact()
-    ctx.check_torn_down()
+    ctx.end_job(daemon, min_steps=3)
 
 
 def _new_actor(record, name: str, old_id: str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..faults import rank_restarts, stop_daemon
+from ..faults import rank_restarts
 from ..harness import JobOptions, event_time
 from ..runner import Context
 
@@ -61,12 +61,7 @@ def run(ctx: Context, p: Params) -> None:
     ctx.report.notes["longest gap between steps around each restart (s)"] = [round(_longest_gap(steps, a, b), 2) for a, b in windows]
     gaps = sorted(b - a for a, b in zip(steps, steps[1:], strict=False))
     ctx.report.notes["median gap between steps (s)"] = round(gaps[len(gaps) // 2], 2) if gaps else None
-    code = stop_daemon(daemon, ctx.cluster.address)
-    if code != 0:
-        ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
-    ctx.check_steps_and_items(min_steps=2)
-    ctx.check_state_intact()
-    ctx.check_torn_down()
+    ctx.end_job(daemon, min_steps=2)
 
 
 

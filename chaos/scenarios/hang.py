@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 
-from ..faults import group_sizes, rank_restarts, stop_daemon
+from ..faults import group_sizes, rank_restarts
 from ..harness import TRAINED_GROUPS, JobOptions, wait_until
 from ..invariants import check_restarts
 from ..report import Stats
@@ -54,12 +54,7 @@ def run(ctx: Context, p: Params) -> None:
     ctx.report.violations += _check_hang_restarts(hangs, rank_restarts(daemon.record()))
     ctx.report.detection, ctx.report.recovery = Stats.of(detection), Stats.of(recovery)
     ctx.report.notes["times measured from"] = f"the hang marker (the next call hangs; call_timeout_s = {CALL_TIMEOUT_S:g})"
-    code = stop_daemon(daemon, ctx.cluster.address)
-    if code != 0:
-        ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
-    ctx.check_steps_and_items(min_steps=2)
-    ctx.check_state_intact()
-    ctx.check_torn_down()
+    ctx.end_job(daemon, min_steps=2)
 
 
 def _check_hang_restarts(hangs: Counter[tuple[str, int]], restarts: dict[tuple[str, int], int]) -> list[str]:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 
-from ..faults import KillMethod, kill_actor, rank_nodes, rank_restarts, stop_daemon
+from ..faults import KillMethod, kill_actor, rank_nodes, rank_restarts
 from ..harness import JobOptions, rank_actor, wait_until
 from ..invariants import check_drift, check_restarts
 from ..runner import Context
@@ -75,12 +75,7 @@ def _run(ctx: Context, p: Params) -> None:
     ctx.report.notes["node loss -> all its ranks serving (s)"] = [round(t, 2) for t in recovery]
     if p.cpu_hog and recovery:
         ctx.report.notes["node loss / single-rank recovery (goal <= 1.3)"] = [round(t / single, 2) for t in recovery]
-    code = stop_daemon(daemon, ctx.cluster.address)
-    if code != 0:
-        ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
-    ctx.check_steps_and_items(min_steps=2)
-    ctx.check_state_intact()
-    ctx.check_torn_down()
+    ctx.end_job(daemon, min_steps=2)
 
 
 def _single_rank_recovery(ctx: Context, daemon, expected: Counter) -> float:

@@ -79,12 +79,7 @@ def run(ctx: Context, p: Params) -> None:
             ctx.violation(f"the driver replayed {rollbacks} time(s) from a snapshot: a hand-over rolls nothing back")
         if outcomes:
             ctx.violation(f"ranks not handed over: {outcomes}")
-    code = stop_daemon(daemon, ctx.cluster.address)
-    if code != 0:
-        ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
-    ctx.check_steps_and_items(min_steps=2)
-    ctx.check_state_intact()
-    ctx.check_torn_down()
+    ctx.end_job(daemon, min_steps=2)
     if p.compare_ignoring and ctx.time_left():
         _compare_ignoring(ctx, p)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from ..faults import KillMethod, kill_actor, rank_restarts, stop_daemon
+from ..faults import KillMethod, kill_actor, rank_restarts
 from ..harness import JobOptions, rank_actor, wait_until
 from ..invariants import check_restarts
 from ..report import Stats
@@ -66,12 +66,7 @@ def run(ctx: Context, p: Params) -> None:
     ctx.report.notes["recovery measures"] = (
         "SIGKILL inside the snapshot -> the driver told to replay (rlhf_rolled_back)"
     )
-    code = stop_daemon(daemon, ctx.cluster.address)
-    if code != 0:
-        ctx.violation(f"`supervisor stop` ended the daemon with exit code {code}, expected 0")
-    ctx.check_steps_and_items(min_steps=3)
-    ctx.check_state_intact()
-    ctx.check_torn_down()
+    ctx.end_job(daemon, min_steps=3)
 
 
 def _read(path: Path) -> str | None:
