@@ -8,8 +8,9 @@ the notice takes the node away. A supervised rank on such a node is handed over 
 with its state, at the next call boundary. A hand-over is not a failure: nothing is charged to the
 restart budget and nothing is rolled back.
 
-:class:`DrainReader` asks the GCS for the draining nodes at most every ``DRAIN_CHECK_S`` per process,
-however many groups ask (each supervisor's loop asks on every pass).
+:class:`DrainReader` reads the draining nodes from the GCS every ``DRAIN_CHECK_S`` on a thread of its
+own, one per process however many groups there are; each supervisor's loop reads its last answer on
+every pass and never waits for the GCS.
 """
 
 from __future__ import annotations
