@@ -103,6 +103,8 @@ class DrainReader:
 def _read_from_gcs() -> dict[str, int]:
     import ray
 
+    if not ray.is_initialized():  # disconnected (between two clusters, or shut down): nothing drains
+        return {}
     return ray._private.worker.global_worker.gcs_client.get_draining_nodes(timeout=1)
 
 
