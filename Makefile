@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 VERL_VERSION ?= 0.9.1
 VERL_SRC ?= $(VENV)/verl_src
 
-.PHONY: setup tools verl-src verl-env run quickstart test test-verl conformance test-tensordict-range tensordict-range-deps lint clean
+.PHONY: setup tools docs docs-serve verl-src verl-env run quickstart test test-verl conformance test-tensordict-range tensordict-range-deps lint clean
 
 setup: $(VENV)/.installed
 
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,docs]"
 	touch $@
 
 run: setup
@@ -29,13 +29,23 @@ quickstart: setup
 	$(BIN)/python examples/quickstart.py
 
 # Prometheus and promtool (Debian's package) for the observability tests, and Redis for the GCS
-# fault-tolerance tests (Ray's GCS keeps its tables there and restarts from them). policy-rc.d keeps the
+# fault-tolerance tests (Ray's GCS keeps its tables there and restarts from them), and Chromium, in which
+# tests/test_docs.py opens the built docs site. policy-rc.d keeps the
 # packages from starting system services: the tests run their own, on 127.0.0.1, and stop them.
 tools:
-	@{ command -v promtool && command -v redis-server; } >/dev/null || { \
+	@{ command -v promtool && command -v redis-server && command -v chromium; } >/dev/null || { \
 		created=0; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; created=1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server >/dev/null; status=$$?; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server chromium >/dev/null; status=$$?; \
 		[ $$created = 1 ] && rm -f /usr/sbin/policy-rc.d; exit $$status; }
+
+# The documentation site, strict (a broken link, a page missing from the nav, a missing include or a
+# reference that does not generate fails it), into build/docs/site. tests/test_docs.py builds it too,
+# and opens it in Chromium (screenshots in build/docs/screenshots).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 verl-src: $(VERL_SRC)/verl/protocol.py
 

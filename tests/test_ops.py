@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OPS = ROOT / "ops"
 ALERTS = OPS / "alerts.yml"
 ALERTS_TEST = OPS / "alerts_test.yml"
+PROMETHEUS_RULE = OPS / "kuberay/prometheusrule.yaml"
+DOCS_URL = OPS / "docs_url"
+SET_RUNBOOK_URLS = OPS / "set_runbook_urls.py"
+RUNBOOKS = ROOT / "docs/operations/runbooks"
 
 # The exported metrics (the design table): name -> (type, labels with their enumerated values, or
 # None where any value is allowed).
@@ -159,7 +164,7 @@ def test_alerts_are_the_expected_ones_with_for_severity_and_annotations() -> Non
         assert re.fullmatch(r"\d+[smh]", str(rule.get("for", ""))), f"{name}: needs a `for` duration"
         assert rule["labels"]["severity"] in ("critical", "warning"), name
         annotations = rule["annotations"]
-        assert set(annotations) >= {"summary", "description", "runbook"}, name
+        assert set(annotations) >= {"summary", "description", "runbook", "runbook_url"}, name
         assert "$labels" in annotations["description"] or "$value" in annotations["description"], name
         assert len(annotations["runbook"]) > 40, f"{name}: the runbook should say what to do"
 
@@ -212,7 +217,7 @@ def test_every_alert_has_a_firing_and_a_silent_test_case() -> None:
             (firing if case.get("exp_alerts") else silent).add(case["alertname"])
             for alert in case.get("exp_alerts") or []:
                 assert alert["exp_labels"].get("severity"), case
-                assert set(alert["exp_annotations"]) >= {"summary", "description", "runbook"}, case
+                assert set(alert["exp_annotations"]) >= {"summary", "description", "runbook", "runbook_url"}, case
     names = {r["alert"] for r in alert_rules()}
     # promtool accepts a test of an alert that does not exist (it never fires): catch misspellings.
     assert (firing | silent) <= names, f"tests of unknown alerts: {sorted((firing | silent) - names)}"
@@ -376,3 +381,208 @@ def test_the_ray_job_runs_the_daemon_once_on_its_head_with_a_valid_spec() -> Non
         assert auth["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "rlhf-ray-auth", "key": "auth_token"}, c["name"]
     spec = parse_spec(config_map["data"]["job.toml"], source="ConfigMap job.toml", base_dir=ROOT, check_imports=True)
     assert spec.ray.address is None and spec.driver is not None  # a finite job: its driver returns
+
+
+# -- runbook pages and their links -----------------------------------------------------------------
+def kebab(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
+
+
+def docs_base(path: Path = DOCS_URL) -> str:
+    """The one line of ``docs_url`` that is not a comment."""
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(lines) == 1, f"{path}: expected one address, got {lines}"
+    return lines[0]
+
+
+def runbook_problems(rules: list[dict], base: str, runbooks: Path) -> list[str]:
+    """What is wrong with the alerts' runbook links and pages: each alert's ``runbook_url`` is
+    ``<base>operations/runbooks/<kebab name>/``, its page exists and is titled with its name, every
+    page but index.md belongs to an alert, and the index lists every alert with its severity."""
+    problems = []
+    for rule in rules:
+        name, slug = rule["alert"], kebab(rule["alert"])
+        want = f"{base}operations/runbooks/{slug}/"
+        if rule["annotations"].get("runbook_url") != want:
+            problems.append(
+                f"{name}: runbook_url {rule['annotations'].get('runbook_url')!r}, expected {want!r}"
+            )
+        page = runbooks / f"{slug}.md"
+        if not page.is_file():
+            problems.append(f"{name}: no page {page}")
+        elif page.read_text().splitlines()[:1] != [f"# {name}"]:
+            problems.append(f"{name}: {page.name} does not start with '# {name}'")
+    slugs = {kebab(r["alert"]) for r in rules}
+    problems += [
+        f"{p.name} belongs to no alert"
+        for p in sorted(runbooks.glob("*.md"))
+        if p.stem not in slugs | {"index"}
+    ]
+    index = runbooks / "index.md"
+    rows = re.findall(
+        r"^\| \[(\w+)\]\(([\w-]+)\.md\) \| (critical|warning) \| \S.* \|$",
+        index.read_text() if index.is_file() else "",
+        re.M,
+    )
+    listed = {name: (link, severity) for name, link, severity in rows}
+    for rule in rules:
+        want = (kebab(rule["alert"]), rule["labels"]["severity"])
+        if listed.get(rule["alert"]) != want:
+            problems.append(
+                f"index.md: {rule['alert']} listed as {listed.get(rule['alert'])}, expected a row [{rule['alert']}]({want[0]}.md) | {want[1]}"
+            )
+    return problems
+
+
+def test_kebab_case() -> None:
+    assert kebab("SupervisorRestartStorm") == "supervisor-restart-storm"
+    assert kebab("SupervisorResourceWaitTooLong") == "supervisor-resource-wait-too-long"
+
+
+def test_every_alert_links_its_runbook_page_and_every_page_belongs_to_an_alert() -> None:
+    base = docs_base()
+    assert re.fullmatch(r"https?://[^\s\"'#]+/", base), (
+        f"{DOCS_URL}: the base must be an http(s) address ending in /: {base!r}"
+    )
+    assert RUNBOOKS.is_dir(), RUNBOOKS
+    assert runbook_problems(alert_rules(), base, RUNBOOKS) == []
+
+
+def test_the_runbook_check_catches_broken_copies(tmp_path: Path) -> None:
+    rules, base = alert_rules(), docs_base()
+    first, last = kebab(rules[0]["alert"]), kebab(rules[-1]["alert"])
+
+    def broken(change) -> list[str]:
+        copy = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(RUNBOOKS, copy)
+        copied = yaml.safe_load(yaml.safe_dump(rules))
+        change(copy, copied)
+        return runbook_problems(copied, base, copy)
+
+    def index_without_last(d: Path, r: list[dict]) -> None:
+        lines = (d / "index.md").read_text().splitlines(keepends=True)
+        (d / "index.md").write_text("".join(ln for ln in lines if f"({last}.md)" not in ln))
+
+    def other_severity(d: Path, r: list[dict]) -> None:
+        r[0]["labels"]["severity"] = "critical" if r[0]["labels"]["severity"] == "warning" else "warning"
+
+    assert broken(lambda d, r: None) == []
+    assert any(
+        "runbook_url" in p
+        for p in broken(
+            lambda d, r: r[0]["annotations"].update(runbook_url=f"{base}operations/runbooks/{first}")
+        )
+    )
+    assert any("runbook_url" in p for p in broken(lambda d, r: r[1]["annotations"].pop("runbook_url")))
+    assert any("no page" in p for p in broken(lambda d, r: (d / f"{last}.md").unlink()))
+    assert any(
+        "does not start" in p for p in broken(lambda d, r: (d / f"{first}.md").write_text("# Another\n"))
+    )
+    assert any(
+        "belongs to no alert" in p
+        for p in broken(lambda d, r: (d / "supervisor-gone.md").write_text("# SupervisorGone\n"))
+    )
+    assert any("index.md" in p for p in broken(index_without_last))
+    assert any("index.md" in p for p in broken(other_severity))
+
+
+def test_the_prometheus_rule_carries_the_runbook_urls() -> None:
+    (rule,) = load_yaml(PROMETHEUS_RULE)
+    in_rule = {
+        r["alert"]: r["annotations"].get("runbook_url")
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    assert in_rule == {r["alert"]: r["annotations"]["runbook_url"] for r in alert_rules()}
+
+
+def test_the_alert_tests_expect_the_runbook_urls() -> None:
+    urls = {r["alert"]: r["annotations"]["runbook_url"] for r in alert_rules()}
+    (tests,) = load_yaml(ALERTS_TEST)
+    expected = [
+        (case["alertname"], alert["exp_annotations"].get("runbook_url"))
+        for group in tests["tests"]
+        for case in group.get("alert_rule_test", [])
+        for alert in case.get("exp_alerts") or []
+    ]
+    assert expected and all(url == urls[name] for name, url in expected), expected
+
+
+def copy_ops(tmp_path: Path) -> Path:
+    """The files set_runbook_urls.py reads and writes, copied under ``tmp_path``."""
+    ops = tmp_path / "ops"
+    (ops / "kuberay").mkdir(parents=True)
+    for name in ("docs_url", "alerts.yml", "alerts_test.yml", "kuberay/prometheusrule.yaml"):
+        shutil.copy(OPS / name, ops / name)
+    return ops
+
+
+def set_runbook_urls(ops: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SET_RUNBOOK_URLS), "--ops", str(ops), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_setting_the_runbook_urls_again_changes_nothing(tmp_path: Path) -> None:
+    ops = copy_ops(tmp_path)
+    before = {p: p.read_bytes() for p in ops.rglob("*") if p.is_file()}
+    check = set_runbook_urls(ops, "--check")
+    assert check.returncode == 0, (
+        f"the committed files are out of date: run python ops/set_runbook_urls.py\n{check.stdout}{check.stderr}"
+    )
+    run = set_runbook_urls(ops)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert {p: p.read_bytes() for p in ops.rglob("*") if p.is_file()} == before
+
+
+def test_setting_the_runbook_urls_follows_a_new_base_and_touches_nothing_else(tmp_path: Path) -> None:
+    ops = copy_ops(tmp_path)
+    old_base, new_base = docs_base(), "https://docs.example.org/ray-supervisor/v2/"
+    (ops / "docs_url").write_text("# moved\n" + new_base.rstrip("/") + "\n")  # the trailing / is added
+    # An alert and a test case without a link get one.
+    for name in ("alerts.yml", "alerts_test.yml"):
+        lines = (ops / name).read_text().splitlines(keepends=True)
+        first = next(i for i, ln in enumerate(lines) if "runbook_url:" in ln)
+        (ops / name).write_text("".join(lines[:first] + lines[first + 1 :]))
+    before = {name: (ops / name).read_text() for name in ("alerts.yml", "alerts_test.yml")}
+
+    check = set_runbook_urls(ops, "--check")
+    assert check.returncode == 1 and "out of date" in check.stdout, check.stdout + check.stderr
+    assert {name: (ops / name).read_text() for name in before} == before, "--check wrote"
+    run = set_runbook_urls(ops)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    new_rules = [r for g in yaml.safe_load((ops / "alerts.yml").read_text())["groups"] for r in g["rules"]]
+    assert [r["annotations"]["runbook_url"] for r in new_rules] == [
+        f"{new_base}operations/runbooks/{kebab(r['alert'])}/" for r in new_rules
+    ]
+    for name, text in before.items():
+        after = (ops / name).read_text()
+        assert old_base not in after, name
+        assert [ln for ln in after.splitlines() if "runbook_url:" not in ln] == [
+            ln for ln in text.splitlines() if "runbook_url:" not in ln
+        ], name
+        assert after.count("runbook_url:") == text.count("runbook_url:") + 1, name  # the removed one is back
+    (rule,) = load_yaml(ops / "kuberay/prometheusrule.yaml")
+    assert rule["spec"] == yaml.safe_load((ops / "alerts.yml").read_text())
+    proc = subprocess.run(
+        [find_promtool(), "test", "rules", "alerts_test.yml"],
+        cwd=ops,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set_runbook_urls(ops, "--check").returncode == 0
+
+
+def test_setting_the_runbook_urls_refuses_a_bad_base(tmp_path: Path) -> None:
+    ops = copy_ops(tmp_path)
+    (ops / "docs_url").write_text("https://a.example/\nhttps://b.example/\n")
+    run = set_runbook_urls(ops)
+    assert run.returncode == 2 and "one line" in run.stderr, run.stdout + run.stderr
+    assert (ops / "alerts.yml").read_bytes() == ALERTS.read_bytes()

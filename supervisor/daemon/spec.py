@@ -112,11 +112,15 @@ class SigtermAction(enum.Enum):
 class SupervisorSection:
     """``[supervisor]``: identity and liveness of the daemon."""
 
+    # 1-64 letters, digits, `_`, `-` (required); names the pools (`name.pool`), the actor namespace (`supervisor.name`) and the record
     name: str = ""
     heartbeat_interval_s: float = 1.0  # how often the daemon refreshes its state record
-    orphan_grace_s: float = 30.0  # silent for longer than this: the daemon is gone, its pools are orphans
+    # Silent for longer than this (on the owner fence's clock; more than 2 heartbeats): the daemon is
+    # gone, a new start takes the job over and `gc` may collect it
+    orphan_grace_s: float = 30.0
     # A detached job waits this long for the next start before `gc` may collect it.
     detached_grace_s: float = DEFAULT_DETACHED_GRACE_S
+    # `detach`: SIGTERM makes the daemon exit 0 and leave the job to the next start (Kubernetes rollouts, node drains); `supervisor stop` still tears down
     on_sigterm: SigtermAction = SigtermAction.TEARDOWN
     # The cluster's GCS unreachable (restarting under GCS fault tolerance) for longer than this: the
     # daemon exits, leaving the job in place. Below Ray's own RAY_gcs_rpc_server_reconnect_timeout_s
@@ -128,7 +132,9 @@ class SupervisorSection:
 class RaySpec:
     """``[ray]``: the cluster, or the embedded local Ray started when ``address`` is absent."""
 
+    # The cluster's address; unset: an embedded local Ray on 127.0.0.1 with token authentication (`--address` and `$RAY_ADDRESS` override)
     address: str | None = None
+    # Embedded Ray: raylets on this machine (multi-node placement, node loss and drift without a cluster)
     local_nodes: int = 1
     num_cpus: int = 4  # per local node
     num_gpus: int = 0  # per local node (declared; scheduled like real ones)
@@ -143,12 +149,19 @@ class RaySpec:
 class PoolSpec:
     """``[pools.NAME]``: one detached resource pool."""
 
+    # Ranks per placement group (node), e.g. `[4, 4]` (required)
     process_on_nodes: list[int] = field(default_factory=list)
+    # One GPU per bundle
     use_gpu: bool = True
+    # Groups that may share a bundle (each worker asks 1/max_colocate_count GPU)
     max_colocate_count: int = 1
+    # The placement groups' strategy
     strategy: PlacementStrategy = PlacementStrategy.STRICT_PACK
+    # create_group's lenient wait for the placement groups (`inf`: no limit)
     resource_timeout_s: float | None = RESOURCE_TIMEOUT_S
+    # Cadence of the "waiting for resources" diagnosis
     progress_interval_s: float = 10.0
+    # The cluster may grow: never judge a demand infeasible
     autoscaling: bool = False
     capacity_factor: float = 1.0  # >1: spare bundles beyond the ranks' (reserved, idle until a failure)
 
@@ -165,30 +178,49 @@ class GroupSpec:
     SupervisionConfig).
     """
 
+    # The pool the group's ranks go to (required)
     pool: str = ""
     worker_class: str = ""  # "module:Class" (the TOML key is ``class``)
+    # Positional arguments of the worker class's constructor
     args: list[Any] = field(default_factory=list)
+    # Keyword arguments of the worker class's constructor
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # Extra environment variables of the workers (the contract variables cannot be overridden)
     env: dict[str, str] = field(default_factory=dict)
     preload: list[str] = field(default_factory=list)  # modules a zygote per node imports once, shared by the job's groups of the same preload; every fresh rank is forked from it
     cpus_per_worker: float = 1.0  # reserved in the bundle (Ray's num_cpus)
     gpus_per_worker: float | None = None  # reserved in the bundle; None: 1/max_colocate_count of the pool
     data_processes_per_worker: int = 0  # processes each worker starts itself (data loaders), ~1 CPU each
+    # How long an actor may take to start once its bundle is ready
     actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S
+    # Run on every rank after start, and on every replacement
     init_method: str | None = None
+    # Keyword arguments of the init method
     init_kwargs: dict[str, Any] = field(default_factory=dict)
+    # init_group's per-worker timeout
     init_timeout_s: float = InitPolicy.timeout_s
+    # init_group's attempts per worker
     init_attempts: int = InitPolicy.attempts
+    # `one_for_one`: replace the failed rank; `one_for_all`: replace every rank
     restart_strategy: RestartStrategy = RestartPolicy.strategy
+    # Restart budget: past this many restarts within restart_window_s the group is FAILED and the daemon exits 1
     max_restarts: int = RestartPolicy.max_restarts
+    # The sliding window of the restart budget
     restart_window_s: float = RestartPolicy.restart_window_s
+    # Backoff before the second consecutive restart of one rank (doubling)
     backoff_initial_s: float = RestartPolicy.backoff_initial_s
+    # Bound on the backoff between consecutive restarts of one rank
     backoff_max_s: float = RestartPolicy.backoff_max_s
+    # How often the ranks' heartbeats are read
     probe_period_s: float = SupervisionConfig.probe_period_s
+    # No new beat for this long (at least 2 s) is a hang
     probe_timeout_s: float = SupervisionConfig.probe_timeout_s
+    # A rank silent this long inside a blocking call is hung (`inf`: no limit)
     call_timeout_s: float | None = SupervisionConfig.call_timeout_s
     in_flight: InFlightPolicy | None = None  # None: retry idempotent methods, raise otherwise
+    # Called on every rank at teardown, bounded by shutdown_timeout_s
     shutdown_method: str | None = None
+    # Bound on the shutdown method
     shutdown_timeout_s: float = 10.0
     standbys: int = SupervisionConfig.standbys  # pre-started actors in the pool's spare bundles, taking over failed ranks
     standby_warmup_method: str | None = None  # run by each standby before it is ready: the rank-independent part of the init
@@ -251,19 +283,24 @@ class GroupSpec:
 class MetricsSpec:
     """``[metrics]``: where the Prometheus exporter listens (port 0: any free port; see the log)."""
 
+    # Serve the Prometheus exporter
     enabled: bool = True
+    # Where it listens; off loopback without TLS logs `metrics_exposed_without_tls` at start
     host: str = "127.0.0.1"
+    # 0: a free port, logged as `metrics_serving` and shown by `status`; two daemons on one host need different ports
     port: int = 9400
-    linger_s: float = 30.0  # after a failed exit, keep /metrics up this long so the failure is scraped
+    linger_s: float = 30.0  # after a failed exit, keep /metrics up this long so the failure is scraped (a second signal cuts it short)
     tls_cert: str | None = None  # PEM certificate (relative to the spec): serve HTTPS, for scrapers on other hosts
-    tls_key: str | None = None  # its PEM private key
+    tls_key: str | None = None  # its PEM private key (tls_cert and tls_key: both or neither)
 
 
 @dataclass(frozen=True)
 class DriverSpec:
     """``[driver]``: a ``module:function`` the daemon runs once the groups are ready."""
 
+    # `module:function` run once the groups are ready (required)
     function: str = ""
+    # Passed to the driver as `ctx.args`
     args: dict[str, Any] = field(default_factory=dict)
 
 

@@ -74,72 +74,91 @@ LONG_LATENCY_BUCKETS = (*LATENCY_BUCKETS, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 RESOURCE_WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 1800.0)
 
 # Observed on every training step's every call: a histogram made for that (call_histogram.py).
+#: Every bound group method call (to the return of a blocking call, to the submission of a non-blocking one).
 DISPATCH_DURATION = CallHistogram(
     "supervisor_dispatch_duration_seconds", "Duration of a bound group method call, dispatch to collect.",
     ["group", "method"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
+#: A call raised. reason: `raised` (the method itself, or bad arguments), `worker_failed` (a rank died or hung in it), `group_failed` (the group is FAILED).
 DISPATCH_FAILURES = Counter(
     "supervisor_dispatch_failures_total", "Group method calls that raised, by reason.",
     ["group", "method", "reason"], registry=REGISTRY,
 )
+#: A pool's placement groups became ready (or the wait failed).
 RESOURCE_WAIT = Histogram(
     "supervisor_resource_wait_seconds", "Time a pool waited for its placement groups to be ready.",
     ["pool"], buckets=RESOURCE_WAIT_BUCKETS, registry=REGISTRY,
 )
+#: At creation, then every heartbeat. state: `placed`, `pending` (a lost node's bundles go `pending` while Ray re-places them).
 POOL_BUNDLES = Gauge("supervisor_pool_bundles", "Bundles of a pool by state.", ["pool", "state"], registry=REGISTRY)
+#: Each rank's call of the init method. outcome: `ok`, `raised`, `timed_out`, `died`, `abandoned` (a collective init whose peer failed first, not waited for).
 INIT_ATTEMPTS = Counter(
     "supervisor_init_attempts_total", "Per-rank calls of a group's init method, by outcome.",
     ["group", "outcome"], registry=REGISTRY,
 )
+#: Every change; every state is published, zeros included. state: `running`, `failed`, `restarting`, `initializing`.
 WORKERS = Gauge("supervisor_workers", "Workers of a group by state.", ["group", "state"], registry=REGISTRY)
+#: A rank was replaced. reason: `died`, `hung`, `node_lost`, `init_failed`.
 WORKER_RESTARTS = Counter(
     "supervisor_worker_restarts_total", "Workers replaced, by reason.", ["group", "reason"], registry=REGISTRY,
 )
+#: A failure was detected: death (as the GCS recorded it) to detection.
 FAILURE_DETECTION = Histogram(
     "supervisor_failure_detection_seconds", "Time from a worker's death to its detection.",
     ["group"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
 )
+#: A replacement serves calls: death to serving.
 RECOVERY = Histogram(
     "supervisor_recovery_seconds", "Time from a worker's death to its replacement serving calls.",
     ["group"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
+#: Every change: ranks now on another node than their bundle had at creation.
 PLACEMENT_DRIFT_WORKERS = Gauge(
     "supervisor_placement_drift_workers", "Workers running on another node than their bundle had at creation.",
     ["group"], registry=REGISTRY,
 )
+#: A replacement landed on another node.
 PLACEMENT_DRIFT_EVENTS = Counter(
     "supervisor_placement_drift_events_total", "Replacements that landed on another node.", ["group"], registry=REGISTRY,
 )
+#: Every change of the group's standbys (0 for a group without any). state: `ready`, `starting`.
 STANDBY_WORKERS = Gauge(
     "supervisor_standby_workers", "Pre-started standby actors of a group: ready, or starting.",
     ["group", "state"], registry=REGISTRY,
 )
+#: The standbys the spec asks for, published with supervisor_standby_workers.
 STANDBYS_WANTED = Gauge(
     "supervisor_standbys_wanted", "Standby actors a group is configured to keep (its spec's standbys).",
     ["group"], registry=REGISTRY,
 )
+#: Every supervision pass (so restarts age out): restarts within the group's restart_window_s.
 RESTARTS_IN_WINDOW = Gauge(
     "supervisor_restarts_in_window",
     "Restarts of a group within its restart window: what counts against max_restarts.",
     ["group"], registry=REGISTRY,
 )
+#: With supervisor_restarts_in_window: budget use is the two divided; at 1 the next failure makes the group FAILED.
 MAX_RESTARTS = Gauge(
     "supervisor_max_restarts", "A group's restart budget: restarts allowed within its restart window.",
     ["group"], registry=REGISTRY,
 )
+#: A KV `get`/`wait` returned or timed out, in the process that waited.
 KV_WAIT = Histogram(
     "supervisor_kv_wait_seconds", "Time a KV read waited for its key.", buckets=LATENCY_BUCKETS, registry=REGISTRY,
 )
+#: A blocked KV read woke to look again (a put, or its wait renewed).
 KV_WAIT_WAKEUPS = Counter(
     "supervisor_kv_wait_wakeups_total",
     "Times a blocked KV read woke to look for its keys again (a put, or its wait renewed).",
     registry=REGISTRY,
 )
+#: Each in-memory snapshot of a stateful group, at a step boundary.
 STATE_SNAPSHOT = Histogram(
     "supervisor_state_snapshot_seconds",
     "Time a snapshot held its group's ranks: the copy of their state to host memory, and any wait for the previous hand-off (the rest runs beside their next call).",
     ["group"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
 )
+#: State loaded into ranks. kind: `peer` (copied from a live peer), `snapshot` (a rollback from memory), `disk`.
 STATE_RESTORE = Histogram(
     "supervisor_state_restore_seconds", "Time to load restored state into a group's ranks, by source.",
     ["group", "kind"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
@@ -152,41 +171,51 @@ def restore_kind(medium: str) -> str:
     return "disk" if medium == "disk" else "snapshot"
 
 
+#: A failure rolled the job's stateful groups back. medium: `memory`, `disk`.
 STATE_ROLLBACKS = Counter(
     "supervisor_state_rollbacks_total", "Rollbacks a group's failure caused (every stateful group of the job goes back), by source.",
     ["group", "medium"], registry=REGISTRY,
 )
+#: Each completed snapshot.
 STATE_SNAPSHOT_STEP = Gauge(
     "supervisor_state_snapshot_step", "Step of the newest snapshot a group has taken.", ["group"], registry=REGISTRY,
 )
+#: Each completed snapshot.
 STATE_SNAPSHOT_TIME = Gauge(
     "supervisor_state_snapshot_timestamp_seconds", "Unix time of the newest snapshot a group has taken.", ["group"], registry=REGISTRY,
 )
+#: A snapshot was skipped (it would pass snapshot_memory_mb).
 STATE_SNAPSHOT_SKIPPED = Counter(
     "supervisor_state_snapshots_skipped_total", "Snapshots not taken because they would pass the group's snapshot_memory_mb.",
     ["group"], registry=REGISTRY,
 )
+#: Every step boundary of the driver.
 STATE_STEPS_SINCE_SNAPSHOT = Gauge(
     "supervisor_state_steps_since_snapshot",
     "Steps since a group's newest complete snapshot, at the driver's last step boundary: what a rollback now would replay.",
     ["group"], registry=REGISTRY,
 )
+#: Every step boundary of the driver.
 STATE_SNAPSHOT_BYTES = Gauge(
     "supervisor_state_snapshot_bytes", "Memory a group's kept snapshots take in the keepers (both copies of every shard).",
     ["group"], registry=REGISTRY,
 )
+#: Every step boundary of a replicated group (from the ranks' state digests).
 STATE_DIVERGED_REPLICAS = Gauge(
     "supervisor_state_diverged_replicas", "Ranks of a replicated group whose state digest differs from the other replicas'.",
     ["group"], registry=REGISTRY,
 )
+#: A rank on a draining node was handed over or not. outcome: `handed_over`, `no_capacity`, `deadline_too_short`, `ignored`, `aborted`.
 DRAINS = Counter(
     "supervisor_drains_total", "Ranks on a draining node (a preemption or maintenance notice), by what became of them.",
     ["group", "outcome"], registry=REGISTRY,
 )
+#: A rank was handed over to its successor.
 HANDOVER = Histogram(
     "supervisor_handover_seconds", "Time from a hand-over's start at a call boundary to the successor serving (calls wait meanwhile).",
     ["group"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
 )
+#: When serving starts.
 BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)
 
 

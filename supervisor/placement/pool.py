@@ -281,7 +281,8 @@ class ResourcePool:
             InfeasibleResourcesError: no node could ever hold the demand (raised within seconds).
             ResourceWaitTimeout: not ready in time; the message says what is missing and who holds it.
             PlacementError: an existing placement group of the same name has another shape.
-            In every failure case the placement groups created by this call are removed.
+
+        In every failure case the placement groups created by this call are removed.
         """
         if self.pgs is not None:
             return self.pgs

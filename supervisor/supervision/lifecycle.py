@@ -79,7 +79,10 @@ def create_group(
     Args:
         resource_pool: the pool (its placement groups are created or adopted here if needed).
         cls_with_init: worker class and constructor arguments.
-        name_prefix, detached, worker_env, namespace: as for :class:`WorkerGroup`.
+        name_prefix: as for :class:`WorkerGroup`.
+        detached: as for :class:`WorkerGroup`.
+        worker_env: as for :class:`WorkerGroup`.
+        namespace: as for :class:`WorkerGroup`.
         resource_timeout_s: how long to wait for resources (default 10 minutes; None: forever).
         progress_interval_s: cadence of the "waiting for resources" reports.
         actor_start_timeout_s: how long each actor may take to start once its bundle is ready.
@@ -99,7 +102,8 @@ def create_group(
         ResourceWaitTimeout: resources not available in time; the message says what is missing
             and which placement groups hold it.
         ActorStartError: an actor's constructor raised or it did not start in time.
-        Nothing created by this call survives a failure.
+
+    Nothing created by this call survives a failure.
     """
     hooks = hooks if hooks is not None else default_hooks()
     owned_pgs = resource_pool.pgs is None
@@ -306,7 +310,8 @@ def init_group(
     Args:
         group: a group made by :func:`create_group` (or a WorkerGroup that created its actors).
         method: the worker method to call on every rank.
-        args, kwargs: its arguments (the same for every rank).
+        args: its positional arguments (the same for every rank).
+        kwargs: its keyword arguments (the same for every rank).
         policy: timeout, attempts and backoff (default: 5 minutes, 3 attempts).
         hooks: lifecycle hooks (default: metrics and structured logs).
         sleep: how to wait between rounds (injectable for tests).
