@@ -1,1 +1,1 @@
-"""Benchmarks: ``python -m bench`` runs them all and writes bench/RESULTS.md (see the README)."""
+"""Benchmarks: ``python -m bench`` runs them all and writes bench/RESULTS.md (see docs/benchmarks.md)."""

@@ -99,7 +99,7 @@ def render(rows: list[Row], elapsed_s: float, command: str) -> str:
         f"One full run of `{command}` on {datetime.date.today().isoformat()}, {platform.machine()} "
         f"({_cores()} cores), Python {platform.python_version()}, ray {_version('ray')}, torch {_version('torch')}; "
         f"verl {VERL_VERSION} installed for the comparison only. Total {elapsed_s / 60:.1f} min.",
-        "Ratios are ours / reference, medians, measured in the same run. The README discusses each figure.",
+        "Ratios are ours / reference, medians, measured in the same run. docs/benchmarks.md discusses each figure.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),

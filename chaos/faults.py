@@ -45,7 +45,7 @@ def rank_nodes(record: Any) -> dict[tuple[str, int], tuple[str | None, str | Non
 
 def actor_ids(record: Any) -> dict[str, str]:
     """Actor id of every named actor of the supervisor (ranks, standbys, the KV store, the owner fence),
-    but the zygotes' keepers: a restarted daemon starts zygotes of its own (README, *Zygotes*), and
+    but the zygotes' keepers: a restarted daemon starts zygotes of its own (docs/concepts/standbys.md, *Zygotes*), and
     workers forked from the old ones run on."""
     import ray
 

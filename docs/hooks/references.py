@@ -197,7 +197,7 @@ def api_reference() -> str:
         obj = getattr(supervisor, name)
         module = getattr(obj, "__module__", None)
         qualname = getattr(obj, "__qualname__", name)
-        out += [f"## `supervisor.{name}`", "", f"::: {module}.{qualname}", "    options:", "      show_root_heading: false", ""]
+        out += [f"## `supervisor.{name}`", "", f"::: {module}.{qualname}", "    options:", "      show_root_heading: false", "      show_root_toc_entry: false", ""]
     return "\n".join(out)
 
 
@@ -255,7 +255,7 @@ def architecture_diagram() -> str:
     graph = layer_graph()
     order = [layer for layer in LAYERS if layer in graph] + sorted(set(graph) - set(LAYERS))
     docs = _layer_docs()
-    row_h, box_w, box_h = 56, 190, 34
+    row_h, box_w, box_h = 56, 240, 34
     rows = list(reversed(order))
     width = 20 + box_w + 14 + 24 * len(rows) + 20
     height = row_h * len(rows) + 20

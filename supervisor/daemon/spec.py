@@ -4,7 +4,7 @@
 problem, one line each, naming the field (``groups.rollout.pool: pool 'refs' is not defined (pools:
 rollout)``). Nothing here touches Ray, so a bad spec never creates anything in a cluster.
 
-Layout (every field and its default is in the README)::
+Layout (every field, its default and its description: docs/reference/spec.md, generated from this module)::
 
     [supervisor]            name, heartbeat_interval_s, orphan_grace_s, detached_grace_s, on_sigterm
     [ray]                   address, auth_token_path | local_nodes, num_cpus, num_gpus, resources; python_path
