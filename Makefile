@@ -144,7 +144,7 @@ conformance: verl-env verl-src
 		$(abspath $(VBIN))/python -m pytest -q -p no:cacheprovider -c $(CURDIR)/tests/conformance/pytest.ini --rootdir=. $(VERL_CONFORMANCE_TESTS)
 
 lint: setup
-	$(BIN)/python -m ruff check supervisor tests examples dashboards chaos bench
+	$(BIN)/python -m ruff check supervisor tests examples dashboards chaos bench ops docs/hooks
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) *.egg-info .pytest_cache .hypothesis

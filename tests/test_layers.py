@@ -1,4 +1,17 @@
-"""The package's import graph has no cycle, function-level imports included (type-checking imports aside)."""
+"""The package's layering, read off its import graph.
+
+Every import counts: module-level, function-level and annotation-only (``if TYPE_CHECKING:``) ones.
+
+* the graph has no cycle;
+* no module of ``supervisor/core/`` imports ``supervisor/supervision/`` (supervision fills core's
+  seams, e.g. :mod:`supervisor.core.call_runner`, instead);
+* every layer imports only the layers :data:`MAY_IMPORT` lists for it (the table the subpackages'
+  docstrings state), and every entry of the table is used;
+* no module is longer than :data:`MAX_LINES` (a few modules outside core are listed as known to be
+  longer: splitting them is left to their owners).
+
+Each check has a self-test showing it can fail.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +19,37 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "supervisor"
+
+# Layer -> the layers it may import. A layer is a subpackage (``core``), a top-level module
+# (``errors``) or ``""``, the package's own ``__init__`` (the curated public API).
+MAY_IMPORT: dict[str, set[str]] = {
+    "": {"core", "errors", "observability", "placement", "supervision", "version"},
+    "errors": set(),
+    "version": set(),
+    "fencing": {"errors", "observability"},
+    # metrics: daemon.loopback's is_loopback_host; hooks: supervision.init_policy, for annotations.
+    "observability": {"daemon", "placement", "supervision", "version"},
+    "placement": {"errors", "fencing", "observability"},
+    "core": {"errors", "fencing", "observability", "placement"},
+    "state": {"core", "errors", "fencing", "observability"},
+    "supervision": {"core", "errors", "observability", "placement", "state"},
+    "daemon": {"core", "errors", "fencing", "observability", "placement", "state", "supervision"},
+    "compat": {"core", "placement"},
+    "integrations": {"core", "daemon", "errors", "fencing", "observability", "placement", "run", "state", "supervision"},
+    "run": {"daemon", "errors", "integrations", "observability", "placement"},
+    "cli": {"core", "daemon", "errors", "observability", "placement", "run", "supervision", "version"},
+}  # fmt: skip
+
+MAX_LINES = 600
+# Longer than MAX_LINES, outside core: known, to be split by their owners (no module of core may be here).
+KNOWN_LONG = {
+    "supervisor.cli.commands",
+    "supervisor.daemon.kv",
+    "supervisor.daemon.spec",
+    "supervisor.integrations.verl.group",
+    "supervisor.placement.pool",
+    "supervisor.state.domain",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -18,22 +62,15 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(sub) for sub in ast.walk(node)}
-    return skip
-
-
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return _imports_in(name, path.name == "__init__.py", path.read_text(), set(modules))
+
+
+def _imports_in(name: str, is_package: bool, source: str, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that the source of module ``name`` imports, anywhere in it."""
+    package = name if is_package else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
             target = ".".join([*base, *([node.module] if node.module else [])])
@@ -42,6 +79,11 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
     return {m for m in out if m in modules and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -66,14 +108,132 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _in(module: str, layer: str) -> bool:
+    return module == layer or module.startswith(layer + ".")
+
+
+def _core_imports_of_supervision(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if _in(m, "supervisor.core")
+        for t in targets
+        if _in(t, "supervisor.supervision")
+    )
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _layer_edges(graph: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """layer -> {imported layer: the module edges that make it}."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            if _layer(module) != _layer(target):
+                out.setdefault(_layer(module), {}).setdefault(_layer(target), []).append(
+                    f"{module} -> {target}"
+                )
+    return out
+
+
+def _layer_violations(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        edge
+        for layer, imported in _layer_edges(graph).items()
+        for target, edges in imported.items()
+        if target not in table.get(layer, set())
+        for edge in edges
+    )
+
+
+def _unused_entries(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    edges = _layer_edges(graph)
+    return sorted(
+        f"{layer} -> {t}"
+        for layer, targets in table.items()
+        for t in targets
+        if t not in edges.get(layer, {})
+    )
+
+
+def _too_long(lengths: dict[str, int], limit: int, known: set[str]) -> list[str]:
+    return sorted(
+        f"{m}: {n} lines"
+        for m, n in lengths.items()
+        if n > limit and (m not in known or _in(m, "supervisor.core"))
+    )
+
+
 def test_no_import_cycle():
-    modules = _modules()
-    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    graph = _graph()
     assert "supervisor.supervision.supervisor" in graph and graph["supervisor.supervision.supervisor"]
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 
 
+def test_core_does_not_import_supervision():
+    assert _core_imports_of_supervision(_graph()) == []
+
+
+def test_layers_import_only_what_the_table_allows():
+    graph = _graph()
+    assert set(MAY_IMPORT) == {_layer(m) for m in graph}, "every layer has an entry"
+    assert _layer_violations(graph, MAY_IMPORT) == []
+    assert _unused_entries(graph, MAY_IMPORT) == [], "the table says more than the code does"
+
+
+def test_modules_are_at_most_max_lines():
+    lengths = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert not any(_in(m, "supervisor.core") for m in KNOWN_LONG)
+    assert _too_long(lengths, MAX_LINES, KNOWN_LONG) == []
+
+
+# -- the checks can fail --------------------------------------------------------------------------
+
+
 def test_the_checker_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_reader_sees_function_level_and_type_checking_imports():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..supervision.gate import CallGate\n"
+        "def f():\n    from ..supervision import supervised_call\n"
+    )
+    modules = {
+        "supervisor.core.x",
+        "supervisor.supervision",
+        "supervisor.supervision.gate",
+        "supervisor.supervision.supervised_call",
+    }
+    found = _imports_in("supervisor.core.x", False, source, modules)
+    assert found == {"supervisor.supervision.gate", "supervisor.supervision.supervised_call"}
+    assert _core_imports_of_supervision({"supervisor.core.x": found}) == [
+        "supervisor.core.x -> supervisor.supervision.gate",
+        "supervisor.core.x -> supervisor.supervision.supervised_call",
+    ]
+
+
+def test_the_table_check_finds_a_forbidden_and_an_unused_edge():
+    graph = {"supervisor.core.a": {"supervisor.daemon.b"}, "supervisor.daemon.b": set()}
+    assert _layer_violations(graph, {"core": set(), "daemon": set()}) == [
+        "supervisor.core.a -> supervisor.daemon.b"
+    ]
+    assert _layer_violations(graph, {"core": {"daemon"}, "daemon": set()}) == []
+    assert _unused_entries(graph, {"core": {"daemon", "errors"}, "daemon": set()}) == ["core -> errors"]
+
+
+def test_the_length_check_finds_a_long_module_and_holds_core_to_it():
+    lengths = {"supervisor.core.a": 601, "supervisor.daemon.b": 601, "supervisor.daemon.c": 600}
+    assert _too_long(lengths, 600, set()) == [
+        "supervisor.core.a: 601 lines",
+        "supervisor.daemon.b: 601 lines",
+    ]
+    assert _too_long(lengths, 600, {"supervisor.core.a", "supervisor.daemon.b"}) == [
+        "supervisor.core.a: 601 lines"
+    ]

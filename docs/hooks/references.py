@@ -92,7 +92,7 @@ def spec_reference() -> str:
     out = [schema["description"], ""]
     for name, section in schema["properties"].items():
         if name == "run":
-            out += [f"### `[run]`", "", section["description"], ""]
+            out += ["### `[run]`", "", section["description"], ""]
             groups = section["properties"]["groups"]
             out += _spec_table("[run.groups.NAME]", groups["additionalProperties"])
         elif "propertyNames" in section:  # pools and groups: tables by name

@@ -22,7 +22,8 @@ class ClassWithInitArgs:
 
     Args:
         cls: the worker class.
-        *args, **kwargs: passed to its constructor in every rank.
+        *args: positional arguments of its constructor, in every rank.
+        **kwargs: keyword arguments of its constructor, in every rank.
     """
 
     def __init__(self, cls: Any, *args: Any, **kwargs: Any) -> None:

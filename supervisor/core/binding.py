@@ -12,13 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import DispatchError, GroupFailedError
+from ..errors import DispatchError, GroupFailedError, WorkerFailedError
 from ..observability.metrics import DispatchFailure, observe_dispatch
 from .decorator import MethodSpec, get_method_spec
 from .dispatch import CONCATENATING_COLLECTS, PADDING_SIZE_KEY, resolve_dispatch_fns
 from .modes import Dispatch, Execute
+
+if TYPE_CHECKING:
+    from .call_runner import CallRunner
 
 __all__ = ["BoundGroupMethod", "registered_methods", "bind_registered_methods", "func_generator"]
 
@@ -126,25 +129,21 @@ class BoundGroupMethod:
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Execute, wait when blocking, collect."""
-        supervisor = self.group.supervisor
-        if supervisor is not None and self._blocking:
-            output = self._run_supervised(supervisor, args, kwargs)
+        runner = self.group.call_runner
+        if runner is not None and self._blocking:
+            output = self._run_supervised(runner, args, kwargs)
         else:
             output = self._execute(self.remote_name, *args, **kwargs)
             if self._blocking:
                 output = self._ray_get(output)
         return self._collect_fn(self.group, output)
 
-    def _run_supervised(self, supervisor: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        from ..supervision.supervised_call import resolve_in_flight_policy, run_supervised
-
-        config = supervisor.config
-        policy = resolve_in_flight_policy(self.spec, config.in_flight)
+    def _run_supervised(self, runner: CallRunner, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # The group's supervisor runs blocking calls so that they survive rank failures (see call_runner).
         if self._rank_zero:
-            result = run_supervised(self.group, supervisor, self.remote_name, {0: (args, kwargs)}, policy, config.call_timeout_s)
-            return result[0]
+            return runner.run_call(self.group, self.spec, self.remote_name, {0: (args, kwargs)})[0]
         per_rank = dict(enumerate(self.group.rank_arguments(args, kwargs)))
-        return run_supervised(self.group, supervisor, self.remote_name, per_rank, policy, config.call_timeout_s)
+        return runner.run_call(self.group, self.spec, self.remote_name, per_rank)
 
     def __repr__(self) -> str:
         return f"<bound group method {self.group.name_prefix}.{self.method_name} ({self.spec.dispatch_mode})>"
@@ -172,8 +171,6 @@ def _for_read_only_receivers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
 
 
 def _dispatch_failure(exc: BaseException) -> DispatchFailure:
-    from ..supervision.supervised_call import WorkerFailedError
-
     if isinstance(exc, GroupFailedError):
         return DispatchFailure.GROUP_FAILED
     if isinstance(exc, WorkerFailedError):

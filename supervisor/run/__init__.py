@@ -20,4 +20,6 @@ Who owns what:
   supervised ones when verl's Ray module is imported (:mod:`.child`). Ray's ``RAY_RUNTIME_ENV_HOOK``
   (:mod:`.runtime_env`) copies the hook's PYTHONPATH and the run's descriptor into the program's Ray
   job, so its actors (a ``TaskRunner``) get them too.
+
+May import: ``daemon``, ``integrations``, ``placement``, ``observability``, ``errors`` (checked against the import graph by ``tests/test_layers.py``).
 """

@@ -14,8 +14,8 @@ Owns: the state contract (``state_dict`` / ``load_state_dict`` on the worker), d
 keepers, the pure planning of copies and rollback targets, the disk fallback
 (``torch.distributed.checkpoint``), and the job-wide :class:`StateDomain`.
 
-May import: ``core`` (the group, the worker endpoints), ``placement``, ``observability``, ``errors``.
-Never ``supervision`` or ``daemon`` (they build on it).
+May import: ``core`` (the group, the worker endpoints), ``observability``, ``fencing``, ``errors``
+(checked against the import graph by ``tests/test_layers.py``). Never ``supervision`` or ``daemon`` (they build on it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ One module per concern:
 * :mod:`.lifecycle`, :mod:`.init_policy`: ``create_group`` and ``init_group``, and the init rules;
 * :mod:`.restart_policy`: strategy, budget, backoff;
 * :mod:`.failures`: the one failure classifier, and which recovery errors are transient;
-* :mod:`.supervised_call`: blocking calls that survive rank failures (:class:`InFlightPolicy`);
+* :mod:`.supervised_call`, :mod:`.in_flight_policy`: blocking calls that survive rank failures (:class:`InFlightPolicy`);
 * :mod:`.states`: rank and group states, the one transition check, :class:`RankStatus`;
 * :mod:`.config`: :class:`SupervisionConfig`;
 * :mod:`.reconcile`: the pure ``decide(state, observations, config, now) -> Plan``;
@@ -14,6 +14,13 @@ One module per concern:
 * :mod:`.standbys`: pre-started standbys;
 * :mod:`.gate`: what blocking calls see of the group, and how they report failures;
 * :mod:`.supervisor`: :class:`GroupSupervisor`, which observes, decides and executes.
+
+Owns: keeping a group running: detection, the restart decision, recovery, standbys, and blocking
+calls that survive rank failures (it installs :class:`~.supervised_call.SupervisedCallRunner` in
+the seam :mod:`supervisor.core.call_runner` defines).
+
+May import: ``core``, ``state``, ``placement``, ``observability``, ``errors`` (checked against the import graph by ``tests/test_layers.py``);
+core never imports it.
 """
 
 from ..errors import GroupFailedError

@@ -9,10 +9,10 @@ from typing import Any
 from ..placement.standby import StandbyReach
 from ..state.kinds import StateConfig
 from .drain import DrainPolicy
+from .in_flight_policy import InFlightPolicy
 from .init_policy import InitPolicy
 from .lifecycle import ACTOR_START_TIMEOUT_S
 from .restart_policy import RestartPolicy, RestartStrategy
-from .supervised_call import InFlightPolicy
 
 __all__ = ["DrainPolicy", "InFlightPolicy", "SupervisionConfig", "RECOVERY_RETRY_MIN_S", "STANDBY_FAILURE_LIMIT"]
 

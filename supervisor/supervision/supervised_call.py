@@ -20,49 +20,60 @@ from. A new call first raises a rollback the driver has not been told of.
 
 from __future__ import annotations
 
-import enum
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RolledBack, WorkerFailedError, first_line
 from ..observability.log import get_logger
 from .failures import ErrorKind, UnavailableClock, classify_error
+from .in_flight_policy import InFlightPolicy, resolve_in_flight_policy
 from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
+    from ..core.call_runner import PerRank
     from ..core.decorator import MethodSpec
     from ..core.group import WorkerGroup
-    from . import GroupSupervisor
+    from ..state.domain import StateDomain
+    from .config import SupervisionConfig
+    from .gate import CallGate
+    from .states import RankStatus
 
-__all__ = ["InFlightPolicy", "WorkerFailedError", "RolledBack", "resolve_in_flight_policy", "run_supervised"]
+__all__ = [
+    "InFlightPolicy", "WorkerFailedError", "RolledBack", "SupervisedCallRunner", "resolve_in_flight_policy", "run_supervised",
+]  # fmt: skip
 
 log = get_logger("supervised_call")
 
 
-class InFlightPolicy(enum.Enum):
-    """What a blocking group call does when one of its ranks dies while it runs.
+class Supervising(Protocol):
+    """What a supervised call uses of its group's :class:`~supervisor.supervision.GroupSupervisor`
+    (typed structurally: the supervisor module imports this one)."""
 
-    RETRY: wait for the replacement and run that rank's shard again on it (idempotent methods only).
-    RAISE: raise :class:`WorkerFailedError` with the survivors' results.
-    """
+    config: SupervisionConfig
+    gate: CallGate
+    state_domain: StateDomain | None
 
-    RETRY = "retry"
-    RAISE = "raise"
+    def ranks(self) -> list[RankStatus]: ...
 
 
-def resolve_in_flight_policy(spec: MethodSpec, group_default: InFlightPolicy | None) -> InFlightPolicy:
-    """The method's own choice wins, then the group's, then RETRY for idempotent methods, else RAISE."""
-    if spec.on_rank_failure is not None:
-        return InFlightPolicy(spec.on_rank_failure)
-    if group_default is not None:
-        return group_default
-    return InFlightPolicy.RETRY if spec.idempotent else InFlightPolicy.RAISE
+class SupervisedCallRunner:
+    """The :class:`~supervisor.core.call_runner.CallRunner` a ``GroupSupervisor`` installs on its
+    group (``group.call_runner``): the group's blocking calls then run through :func:`run_supervised`,
+    with the in-flight policy and the call timeout of the supervisor's config at the time of the call."""
+
+    def __init__(self, supervisor: Supervising) -> None:
+        self.supervisor = supervisor
+
+    def run_call(self, group: WorkerGroup, spec: MethodSpec, method_name: str, per_rank: PerRank) -> list[Any]:
+        config = self.supervisor.config
+        policy = resolve_in_flight_policy(spec, config.in_flight)
+        return run_supervised(group, self.supervisor, method_name, per_rank, policy, config.call_timeout_s)
 
 
 def run_supervised(
     group: WorkerGroup,
-    supervisor: GroupSupervisor,
+    supervisor: Supervising,
     method_name: str,
     per_rank: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
     policy: InFlightPolicy,
@@ -95,7 +106,7 @@ class _SupervisedCall:
     """One blocking call: shards in flight, ranks waiting for their replacement, results."""
 
     def __init__(
-        self, group: WorkerGroup, supervisor: GroupSupervisor, method_name: str, per_rank: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
+        self, group: WorkerGroup, supervisor: Supervising, method_name: str, per_rank: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
         call_timeout_s: float | None, poll_s: float, unavailable_timeout_s: float, retry: bool,
     ) -> None:  # fmt: skip
         self.group, self.supervisor, self.method_name, self.per_rank = group, supervisor, method_name, per_rank

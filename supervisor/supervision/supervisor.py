@@ -51,6 +51,7 @@ from .recovery import BundleWaiter, InitTask, ReplacementTask, TaskRunner
 from .restart_policy import FailureReason, RestartRecord, restarts_in_window
 from .standbys import StandbyKeeper
 from .states import GroupState, RankStatus, WorkerState
+from .supervised_call import SupervisedCallRunner
 
 __all__ = ["GroupSupervisor", "GroupFailedError", "RankStatus"]
 
@@ -68,8 +69,9 @@ class GroupSupervisor:
         config: restart strategy, budget, probes, init method...
         hooks: lifecycle hooks (default: metrics and structured logs).
         clock: monotonic clock (injectable).
-        restart_history, rank_restarts: restarts an earlier supervisor of this group made (times on
-            ``clock``) and each rank's restart count, so a re-adopting daemon keeps the budget and counts.
+        restart_history: restarts an earlier supervisor of this group made (times on ``clock``), so a
+            re-adopting daemon keeps the budget.
+        rank_restarts: each rank's restart count under that earlier supervisor.
         state_domain: the job's :class:`~supervisor.state.StateDomain`, shared by its stateful groups
             so a rollback takes all of them back together (a daemon passes its own). Default, for a
             stateful group: one of its own, whose keepers end with :meth:`stop`.
@@ -174,6 +176,7 @@ class GroupSupervisor:
         self._released = False
         # Blocking group calls go through the supervisor only once something drives recovery.
         self.group.supervisor = self
+        self.group.call_runner = SupervisedCallRunner(self)
         self.group.state_domain = self.state_domain
         self.group.on_rendezvous_picked = lambda rendezvous: self.hooks.on_supervision_changed(self.group.name)
         self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
@@ -212,6 +215,7 @@ class GroupSupervisor:
             self.gate.cond.notify_all()
         if self.group.supervisor is self:
             self.group.supervisor = None
+            self.group.call_runner = None
             self.group.on_rendezvous_picked = None
             self.group.state_domain = None
         if self.state_domain is not None:

@@ -17,10 +17,10 @@ and ``set_loss_fn``) are replayed on a replacement in the order the program made
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .group import SupervisedRayWorkerGroup
+# The supervised group these classes serve is a :class:`~.group.SupervisedRayWorkerGroup`; it is
+# typed ``Any`` here because that module imports this one (and the import graph has no cycle).
 
 __all__ = [
     "ArmingInit", "SupervisedRoleGroup", "ROLE_SETUP_METHODS", "COLOCATED_WORKER", "FUSED_WORKER",
@@ -93,7 +93,7 @@ class ArmingInit:
     """A group's init method: runs the program's call, then tells the group it ran (same arguments),
     so the supervisor re-runs it on replacements and looks again whether a process group formed."""
 
-    def __init__(self, owner: SupervisedRayWorkerGroup, bound: Any, method: str) -> None:
+    def __init__(self, owner: Any, bound: Any, method: str) -> None:
         self._owner = owner
         self._bound = bound
         self._method = method  # the name on the actor (``role_init_model`` for a role)
@@ -113,7 +113,7 @@ class SupervisedRoleGroup:
     the group's supervised actors; everything else (``world_size``, ``workers``, ``execute_all``, the
     rollout's direct methods...) is the group's own."""
 
-    def __init__(self, parent: SupervisedRayWorkerGroup, role: str) -> None:
+    def __init__(self, parent: Any, role: str) -> None:
         self._parent = parent
         self.sub_cls_name = role
         self.name_prefix = parent.name_prefix
@@ -130,7 +130,7 @@ class SupervisedRoleGroup:
         return self.sub_cls_name
 
     @property
-    def parent(self) -> SupervisedRayWorkerGroup:
+    def parent(self) -> Any:
         """The supervised group of all roles."""
         return self._parent
 

@@ -1,0 +1,375 @@
+"""Replacing the ranks of a :class:`~supervisor.core.group.WorkerGroup`: a fresh actor into a rank's
+bundle (forked from its node's zygote where one is ready), a standby taking a rank over, a hand-over
+that keeps the old actor until its successor serves, and the new rendezvous a new rank 0 brings.
+
+:class:`RankReplacement` is a base class of ``WorkerGroup`` and works on its state (the ranks' actors,
+names and bundles, its standbys, zygotes and rendezvous); it is not used on its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError, first_line
+from ..observability.log import get_logger
+from ..placement.layout import BundleRef
+from .env import Rendezvous, standby_env_vars
+from .heartbeat import clear_beats_once_ended, clear_beats_once_ended_later
+from .rendezvous import pick_rendezvous
+from .worker import send_rendezvous
+from .zygote import NodeZygotes, ZygoteLauncher
+
+__all__ = ["FIRST_FORK_WAIT_S", "Predecessor", "RankReplacement", "Standby"]
+
+# How long a group's first ranks wait for the zygotes of their nodes (their imports) before those still
+# missing start as plain processes: a zygote that takes longer is slowed by something a plain start would be too.
+FIRST_FORK_WAIT_S = 120.0
+
+log = get_logger("group")  # the group's own logger: one stream of group events
+
+
+@dataclass(frozen=True)
+class Standby:
+    """A pre-started actor of the group's class, waiting in a free bundle to take over a failed rank."""
+
+    name: str
+    handle: Any
+    bundle: BundleRef
+    zygote: str | None = None  # the zygote it was forked from (None: started as a plain process, or adopted)
+
+
+@dataclass(frozen=True)
+class Predecessor:
+    """The old actor of a rank being handed over: it lends the rank its state, then is ended."""
+
+    handle: Any
+    bundle: BundleRef
+    name: str
+    node: str | None
+    rendezvous: Rendezvous | None  # the group's rendezvous before the take-over (rank 0's picks a new one)
+
+
+class RankReplacement:
+    """The replacement operations of :class:`~supervisor.core.group.WorkerGroup` (its only subclass)."""
+
+    def replace_worker(
+        self,
+        rank: int,
+        name_release_timeout_s: float = 30.0,
+        bundle: BundleRef | None = None,
+        fork: bool = True,
+    ) -> Any:
+        """Kill rank ``rank``'s actor and create a fresh one into the same bundle (or into ``bundle``).
+
+        The new actor has the same name, rank and environment; where the group's zygotes (the job's,
+        or those its standbys' preload started) have a ready one on the bundle's node, it is forked
+        from it (unless not ``fork``: a plain start, for retries after a failure). Replacing rank 0 also replaces the
+        rendezvous (it lives on rank 0's node): once the old actor is gone a fresh MASTER_ADDR/PORT is
+        picked on its bundle and the new rank 0 starts with it; live ranks learn it through
+        :meth:`propagate_rendezvous`. Only groups that created their actors can replace them.
+
+        Args:
+            bundle: a free bundle of the group (a spare) to move the rank to; default: its own bundle.
+
+        Returns:
+            The new actor handle.
+
+        Raises:
+            ConfigError: the group was attached by name or handle, or ``rank`` is out of range.
+            TimeoutError: Ray did not release the old actor's name in time.
+        """
+        self._check_replaceable(rank)
+        name = self._worker_names[rank]
+        self._kill_rank(rank)
+        self._wait_name_released(name, name_release_timeout_s)
+        if bundle is not None:
+            self._bundles[rank] = bundle
+        if rank == 0:
+            self._pick_new_rendezvous()
+        launcher = self._fork_launcher(self._bundles[rank]) if fork else None
+        handle = self._create_actor(self._bundles[rank], name, self._rank_env(rank), launcher)
+        self._workers[rank] = handle
+        if launcher is not None:
+            log.info("replacement_forked", group=self.name_prefix, rank=rank, zygote=launcher.name)
+        return handle
+
+    def _fork_launcher(self, bundle: BundleRef) -> ZygoteLauncher | None:
+        """How to fork a fresh rank in ``bundle`` from its node's zygote: only with the job's zygotes
+        or once standbys with a preload started some. A node without one (a node loss's bundles
+        re-placed on a node the job had no rank on) gets one started, and the replacement waits for it
+        (at most :data:`FIRST_FORK_WAIT_S`): the ranks of one node loss then pay for one import
+        between them, not one each side by side on the same cores. Any error means a plain start: the
+        old actor is gone already."""
+        from ray.util import placement_group_table
+
+        if self._zygotes is None:
+            return None
+        try:
+            node = (
+                placement_group_table(self._pgs[bundle.pg_index])
+                .get("bundles_to_node_id", {})
+                .get(bundle.bundle_index)
+            )
+            if not node:
+                return None
+            return self._zygotes.wait_ready([node], FIRST_FORK_WAIT_S)[node]
+        except Exception as exc:
+            log.debug(
+                "replacement_not_forked", group=self.name_prefix, bundle=str(bundle), error=first_line(exc)
+            )
+            return None
+
+    def take_over(self, rank: int, bundle: BundleRef, timeout_s: float = 60.0, keep_old: bool = False) -> Any:
+        """Kill rank ``rank``'s actor and let the standby in ``bundle`` become that rank.
+
+        With ``keep_old`` (a hand-over: the rank's node drains), the old actor is not killed but kept
+        in :attr:`predecessors` until :meth:`end_predecessor`; if the take-over fails, the old actor
+        is still the rank.
+
+        The standby adopts the rank's environment (RANK, LOCAL_RANK, the rendezvous, the user's
+        variables) and from then on is that rank; it keeps its own actor name (Ray cannot rename an
+        actor), which :attr:`worker_names` reports. A standby taking over rank 0 gets a fresh
+        rendezvous on its own node (survivors learn it through :meth:`propagate_rendezvous`).
+
+        Returns:
+            The standby's handle, now rank ``rank``.
+
+        Raises:
+            ConfigError: no standby in ``bundle``, or the rank cannot be replaced.
+            ray.exceptions.RayError / TimeoutError: the standby died or did not answer; it is dropped
+                and the rank is left without an actor (replace it with :meth:`replace_worker`).
+        """
+        import ray
+
+        self._check_replaceable(rank)
+        standby = self._standbys.pop(bundle, None)
+        if standby is None:
+            raise ConfigError(f"group {self.name_prefix} has no standby in bundle {bundle}")
+        if not keep_old:
+            self._kill_rank(rank)
+        previous, rendezvous = self._bundles[rank], self._rendezvous
+        self._bundles[rank] = bundle
+        try:
+            if rank == 0:
+                self._pick_new_rendezvous(rank_zero=standby.handle, timeout_s=timeout_s)
+            info = ray.get(
+                standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s
+            )
+        except BaseException:
+            self._bundles[rank] = previous
+            if keep_old:  # the old rank 0 serves on: so does the rendezvous the others use
+                self._rendezvous = rendezvous
+            self._end([standby.handle])
+            raise
+        if keep_old:
+            self.predecessors[rank] = Predecessor(
+                self._workers[rank], previous, self._worker_names[rank], self.rank_nodes.get(rank), rendezvous
+            )
+        self._workers[rank] = standby.handle
+        self._worker_names[rank] = standby.name
+        self.rank_nodes[rank] = info["node_id"]
+        log.info(
+            "standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=str(bundle)
+        )
+        return standby.handle
+
+    def start_standbys(
+        self, bundles: list[BundleRef], nice: int = 0, sched_idle: bool = False, preload: tuple[str, ...] = (),
+        nodes: Mapping[BundleRef, str] | None = None,
+    ) -> list[Standby]:  # fmt: skip
+        """Start a standby in each of ``bundles`` (free bundles of the group); returns without waiting
+        for their constructors. A standby has the group's environment but no rank (see
+        :data:`~supervisor.core.env.STANDBY_ENV_KEY`), and lowers its CPU priority by ``nice`` (and
+        to ``SCHED_IDLE`` with ``sched_idle``) until it takes one over (:mod:`supervisor.core.cpu_priority`).
+
+        With ``preload`` (module names), a standby whose bundle's node (``nodes``) has a ready zygote
+        that imported them is forked from it (:mod:`supervisor.core.zygote`); the zygote is started
+        on the first call for its node, and until it is ready standbys there start as plain processes."""
+        if self.resource_pool is None or self.cls_with_init is None or self._rendezvous is None:
+            raise ConfigError(
+                f"group {self.name_prefix} did not create its actors, so it cannot start standbys"
+            )
+        env = standby_env_vars(
+            len(self._slots), self.name_prefix, self._rendezvous, self.worker_env, nice, sched_idle
+        )
+        started = []
+        if not preload and self._zygotes_shared and self._zygotes is not None:
+            preload = self._zygotes.preload  # the job's zygotes, which the ranks were forked from
+        if preload:  # a zygote on every node of the group: a standby may next be due in any of its bundles
+            self._zygotes_of(preload).warm((nodes or {}).values())
+        for bundle in bundles:
+            if bundle in self._standbys or bundle in self._bundles:
+                raise ConfigError(f"bundle {bundle} of group {self.name_prefix} is not free")
+            name = f"{self.name_prefix}{self.cls_with_init.user_cls.__name__}_standby-{uuid.uuid4().hex[:8]}"
+            launcher = self._zygotes_of(preload).launcher((nodes or {}).get(bundle)) if preload else None
+            zygote = launcher.name if launcher is not None else None
+            standby = Standby(name, self._create_actor(bundle, name, env, launcher), bundle, zygote)
+            self._standbys[bundle] = standby
+            started.append(standby)
+        return started
+
+    @property
+    def zygotes(self) -> NodeZygotes | None:
+        """The nodes' zygotes fresh actors are forked from: the job's (given at creation), or the
+        group's own once standbys with a preload start (None: neither)."""
+        return self._zygotes
+
+    def _zygotes_of(self, preload: tuple[str, ...]) -> NodeZygotes:
+        if self._zygotes is None or self._zygotes.preload != tuple(preload):
+            if self._zygotes is not None and not self._zygotes_shared:
+                self.fence.kill_actors(self._zygotes.take_handles())
+            self._zygotes_shared = False  # standbys of another preload: zygotes of this group's own
+            runtime_env = (
+                self.cls_with_init.options.get("runtime_env") if self.cls_with_init is not None else None
+            )
+            self._zygotes = NodeZygotes(
+                self.name_prefix,
+                self.namespace,
+                tuple(preload),
+                self.detached,
+                lambda handles: self.fence.kill_actors(handles),
+                runtime_env,
+            )
+        return self._zygotes
+
+    def drop_standby(self, bundle: BundleRef) -> None:
+        """Forget (and kill) the standby in ``bundle``, e.g. because it died."""
+        standby = self._standbys.pop(bundle, None)
+        if standby is not None:
+            self._end([standby.handle])
+
+    def all_bundles(self) -> list[BundleRef]:
+        """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
+        layout = [s.bundle for s in self._slots]
+        spares = []
+        if self.resource_pool is not None and self.resource_pool.spare_pg is not None:
+            spare_index = len(self._pgs) - 1
+            spares = [BundleRef(spare_index, b) for b in range(self.resource_pool.spare_bundle_count)]
+        return [*layout, *spares]
+
+    def placed_bundles(self) -> dict[BundleRef, str]:
+        """The node of every bundle of the group that is placed now, on an alive node; bundles of a
+        lost node that Ray is re-placing are absent (the other bundles of their SPREAD placement group,
+        RESCHEDULING as a whole, still count)."""
+        import ray
+        from ray.util import placement_group_table
+
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        out: dict[BundleRef, str] = {}
+        for index in sorted({b.pg_index for b in self.all_bundles()}):
+            table = placement_group_table(self._pgs[index])
+            for bundle_index, node in table.get("bundles_to_node_id", {}).items():
+                if node in alive:
+                    out[BundleRef(index, int(bundle_index))] = str(node)
+        return out
+
+    def _check_replaceable(self, rank: int) -> None:
+        if not self._slots or self.resource_pool is None or self.cls_with_init is None:
+            raise ConfigError(
+                f"group {self.name_prefix} did not create its actors, so it cannot replace them"
+            )
+        if not 0 <= rank < len(self._workers):
+            raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
+
+    def _end(self, handles: list[Any], wait: bool = False) -> None:
+        """Kill actors of this group (through the owner fence) and delete their heartbeats once their
+        processes have ended: waiting for that when ``wait``, else on a thread of its own."""
+        self.fence.kill_actors(handles)
+        ids = [h._actor_id.hex() for h in handles]
+        try:
+            if wait:
+                clear_beats_once_ended(ids)
+            else:
+                clear_beats_once_ended_later(ids)
+        except Exception as exc:  # a leftover beat is a few bytes in the GCS: not worth failing a kill
+            log.debug("heartbeats_not_cleared", group=self.name_prefix, error=first_line(exc))
+
+    def restore_predecessor(self, rank: int) -> None:
+        """A hand-over whose successor failed after taking the rank: the old actor is the rank again
+        (with its bundle, name, node and, for rank 0, the rendezvous the other ranks still use), and
+        the successor is ended."""
+        old = self.predecessors.pop(rank)
+        failed = self._workers[rank]
+        self._workers[rank], self._bundles[rank], self._worker_names[rank] = old.handle, old.bundle, old.name
+        if old.node is not None:
+            self.rank_nodes[rank] = old.node
+        if rank == 0 and old.rendezvous is not None:
+            self._rendezvous = old.rendezvous
+        self._end([failed])
+
+    def end_predecessor(self, rank: int) -> None:
+        """End the old actor of a handed-over rank (nothing when it has none)."""
+        old = self.predecessors.pop(rank, None)
+        if old is not None:
+            self._end([old.handle])
+
+    def _kill_rank(self, rank: int) -> None:
+        self._end([self._workers[rank]])
+        self.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
+
+    def _wait_name_released(self, name: str, timeout_s: float) -> None:
+        # ray.kill is asynchronous: the GCS frees the name once the actor is DEAD.
+        import time
+
+        import ray
+
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"actor name {name!r} still taken {timeout_s:.0f}s after killing its actor"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def _pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Rendezvous:
+        # On rank 0's bundle (asked of rank 0's actor when it runs already), and never the previous
+        # port: stale peers may still connect to it.
+        first = self._bundles[0]
+        previous = self._rendezvous.master_port if self._rendezvous else None
+        self._rendezvous = pick_rendezvous(
+            self._pgs[first.pg_index],
+            first.bundle_index,
+            avoid_port=previous,
+            timeout_s=timeout_s,
+            rank_zero=rank_zero,
+        )
+        if self.on_rendezvous_picked is not None:
+            # Before any actor has it: an owner that persists the rendezvous (the daemon's record)
+            # must know it first, or a crash now would leave a rank 0 nobody knows the address of.
+            self.on_rendezvous_picked(self._rendezvous)
+        return self._rendezvous
+
+    def propagate_rendezvous(self, survivors: list[int], timeout_s: float = 60.0) -> list[int]:
+        """After rank 0 was replaced, tell the live ``survivors`` the new rendezvous (updated in place).
+
+        A survivor that cannot take it within ``timeout_s`` (dead or stuck) is replaced instead, so it
+        starts with the new rendezvous in its environment.
+
+        Returns:
+            The survivors that were replaced.
+        """
+        import ray
+
+        assert self._rendezvous is not None
+        rdv = self._rendezvous
+        refs = {send_rendezvous(self._workers[r], rdv.master_addr, rdv.master_port): r for r in survivors}
+        # One deadline for all: stuck ranks must not add up their timeouts.
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        lost = [refs[ref] for ref in refs if ref not in set(ready)]
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                lost.append(refs[ref])
+        for rank in sorted(lost):
+            self.replace_worker(rank)
+        return sorted(lost)
