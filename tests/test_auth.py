@@ -28,10 +28,9 @@ from supervisor.daemon.auth import (
     use_token,
     withdraw,
 )
-from supervisor.daemon.loopback import LOOPBACK_ENV, is_loopback_host
+from supervisor.daemon.loopback import LOOPBACK_ENV, exposure_warning, is_loopback_host
 from supervisor.daemon.spec import SpecError, parse_spec
 from supervisor.errors import ConfigError
-from supervisor.observability.metrics import exposure_warning
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "version": set(),
     "fencing": {"errors", "observability"},
-    # metrics: daemon.loopback's is_loopback_host; hooks: supervision.init_policy, for annotations.
-    "observability": {"daemon", "placement", "supervision", "version"},
+    # The hooks read placement's and supervision's facts through protocols of their own.
+    "observability": {"version"},
     "placement": {"errors", "fencing", "observability"},
     "core": {"errors", "fencing", "observability", "placement"},
     "state": {"core", "errors", "fencing", "observability"},

@@ -43,6 +43,7 @@ from .fence import OwnerFence
 from .gcs_watch import GcsWatch, gcs_address
 from .heartbeat import Heartbeat
 from .job import Job
+from .loopback import exposure_warning
 from .probes import ProbeResult, health, readiness
 from .record import DaemonState, RecordStore
 from .spec import SigtermAction, SupervisorSpec
@@ -204,7 +205,7 @@ class Daemon:
             routes["/status"] = self._status
         self._metrics_server = metrics.serve(spec.port, spec.host, str(cert) if cert else None, str(key) if key else None, routes)
         log.info("metrics_serving", address=self._metrics_address(), tls=cert is not None)
-        exposed = metrics.exposure_warning(spec.host, tls=cert is not None)
+        exposed = exposure_warning(spec.host, tls=cert is not None)
         if exposed:
             log.warning("metrics_exposed_without_tls", host=spec.host, hint=exposed)
 

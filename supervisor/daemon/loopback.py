@@ -15,7 +15,7 @@ import ipaddress
 import os
 import sys
 
-__all__ = ["LOOPBACK_IP", "LOOPBACK_ENV", "is_loopback_host", "pin_to_loopback"]
+__all__ = ["LOOPBACK_IP", "LOOPBACK_ENV", "is_loopback_host", "exposure_warning", "pin_to_loopback"]
 
 LOOPBACK_IP = "127.0.0.1"
 # Ray's name for it: off (0), every Ray address of a process is 127.0.0.1.
@@ -31,6 +31,13 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def exposure_warning(host: str, tls: bool) -> str | None:
+    """What is wrong with serving plain HTTP on ``host`` (None when it is loopback, or TLS is on)."""
+    if tls or is_loopback_host(host):
+        return None
+    return f"metrics on {host} without TLS: anyone who can reach it reads the job's metrics; set metrics.tls_cert and tls_key, or host = 127.0.0.1"
 
 
 def pin_to_loopback() -> None:

@@ -3,7 +3,7 @@
 Owns: how the rest of the package reports: metric definitions, the hooks that logic calls on
 lifecycle events, the log pipeline, the exporter. Most layers import it.
 
-May import: ``placement``, ``version`` (checked against the import graph by ``tests/test_layers.py``), and against the grain, ``daemon``
-(:mod:`.metrics` checks the exporter's host with ``daemon.loopback``) and ``supervision``
-(:mod:`.hooks` annotates with ``supervision.init_policy``).
+May import: ``version`` only (checked against the import graph by ``tests/test_layers.py``): every
+other layer reports through it, so the hooks read their facts (a resource diagnosis, an init attempt)
+through protocols of their own rather than the classes that carry them.
 """

@@ -9,30 +9,70 @@ add alerts or tracing.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import Any, Protocol, TextIO
 
 from . import metrics
 from .log import get_logger
-
-if TYPE_CHECKING:
-    from ..placement.resources import ResourceDiagnosis
-    from ..supervision.init_policy import RankAttempt
 
 __all__ = ["LifecycleHooks", "ObservingHooks", "ConsoleProgressHooks", "default_hooks"]
 
 log = get_logger("lifecycle")
 
 
+# The hooks read the lower layers' facts through these shapes, not their classes: observability sits
+# below placement and supervision, which call it.
+
+
+class ResourceDiagnosisView(Protocol):
+    """What the hooks read of a resource wait's diagnosis (``placement.resources.ResourceDiagnosis``)."""
+
+    def as_fields(self) -> dict[str, Any]: ...
+
+    def summary(self) -> str: ...
+
+
+class InitOutcomeView(Protocol):
+    """What the hooks read of an init call's outcome (``supervision.init_policy.InitOutcome``)."""
+
+    @property
+    def value(self) -> str: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+
+class InitAttemptView(Protocol):
+    """One init call on one rank, as the hooks read it: the shape of ``supervision.init_policy.RankAttempt``,
+    named here so that observability, a lower layer, does not import supervision."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def outcome(self) -> InitOutcomeView: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def node_id(self) -> str | None: ...
+    @property
+    def bundle(self) -> str | None: ...
+    @property
+    def duration_s(self) -> float: ...
+
+    def describe(self) -> str: ...
+
+
 class LifecycleHooks:
     """No-op hooks; every method may be overridden."""
 
-    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosisView) -> None:
         """A pool is still waiting for its placement groups (called at a steady cadence)."""
 
     def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
         """A pool's wait ended: ``outcome`` is ``ready``, ``timeout``, ``infeasible`` or ``error``."""
 
-    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+    def on_init_attempt(self, group: str, attempt: InitAttemptView) -> None:
         """One rank finished one call of the group's init method (any outcome)."""
 
     def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
@@ -116,14 +156,14 @@ class LifecycleHooks:
 class ObservingHooks(LifecycleHooks):
     """Record metrics and structured logs for every lifecycle event."""
 
-    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosisView) -> None:
         log.info("waiting_for_resources", pool=pool, waited_s=round(waited_s, 1), **diagnosis.as_fields())
 
     def on_resource_wait_done(self, pool: str, waited_s: float, outcome: str) -> None:
         metrics.RESOURCE_WAIT.labels(pool=pool).observe(waited_s)
         log.info("resource_wait_done", pool=pool, waited_s=round(waited_s, 3), outcome=outcome)
 
-    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+    def on_init_attempt(self, group: str, attempt: InitAttemptView) -> None:
         metrics.INIT_ATTEMPTS.labels(group=group, outcome=attempt.outcome.value).inc()
         event = "init_attempt_ok" if attempt.outcome.ok else "init_attempt_failed"
         log.info(
@@ -248,7 +288,7 @@ class ConsoleProgressHooks(ObservingHooks):
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
 
-    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosis) -> None:
+    def on_resource_wait_progress(self, pool: str, waited_s: float, diagnosis: ResourceDiagnosisView) -> None:
         super().on_resource_wait_progress(pool, waited_s, diagnosis)
         print(f"[{waited_s:5.0f}s] waiting for resources: {diagnosis.summary()}", file=self.stream, flush=True)
 
@@ -257,7 +297,7 @@ class ConsoleProgressHooks(ObservingHooks):
         if waited_s >= 1.0:
             print(f"[{waited_s:5.0f}s] pool {pool}: {outcome}", file=self.stream, flush=True)
 
-    def on_init_attempt(self, group: str, attempt: RankAttempt) -> None:
+    def on_init_attempt(self, group: str, attempt: InitAttemptView) -> None:
         super().on_init_attempt(group, attempt)
         if not attempt.outcome.ok:
             print(f"init of group {group}: {attempt.describe()}", file=self.stream, flush=True)

@@ -13,7 +13,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from ..daemon.loopback import is_loopback_host
 from .call_histogram import CallHistogram
 
 __all__ = [
@@ -55,7 +54,6 @@ __all__ = [
     "observe_dispatch",
     "forget_group",
     "forget_pool",
-    "exposure_warning",
     "serve",
     "EXPOSED",
     "label_every_series",
@@ -256,13 +254,6 @@ def _forget(label: str, value: str) -> None:
     for metric in list(globals().values()):
         if isinstance(metric, MetricWrapperBase | CallHistogram) and label in metric._labelnames:
             metric.remove_by_labels({label: value})
-
-
-def exposure_warning(host: str, tls: bool) -> str | None:
-    """What is wrong with serving plain HTTP on ``host`` (None when it is loopback, or TLS is on)."""
-    if tls or is_loopback_host(host):
-        return None
-    return f"metrics on {host} without TLS: anyone who can reach it reads the job's metrics; set metrics.tls_cert and tls_key, or host = 127.0.0.1"
 
 
 def serve(
