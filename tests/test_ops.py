@@ -36,6 +36,7 @@ EXPORTED: dict[str, tuple[str, dict[str, tuple[str, ...] | None]]] = {
     "supervisor_pool_bundles": ("gauge", {"pool": None, "state": ("placed", "pending")}),
     "supervisor_init_attempts_total": ("counter", {"group": None, "outcome": ("ok", "raised", "timed_out", "died")}),
     "supervisor_workers": ("gauge", {"group": None, "state": ("running", "restarting", "failed")}),
+    "supervisor_group_state": ("gauge", {"group": None, "state": ("running", "recovering", "failed", "stopped")}),
     "supervisor_worker_restarts_total": ("counter", {"group": None, "reason": ("died", "hung", "node_lost", "init_failed")}),
     "supervisor_failure_detection_seconds": ("histogram", {"group": None}),
     "supervisor_recovery_seconds": ("histogram", {"group": None}),

@@ -233,8 +233,13 @@ def test_crash_loop_stops_at_the_budget_and_fails_the_group(ray_cluster, tmp_pat
     pool, group, sup = _supervised(tmp_path, hooks=hooks, restart=RestartPolicy(max_restarts=3, restart_window_s=60), init_method=None)
     try:
         (tmp_path / "crashloop1").touch()  # from now on rank 1 dies 0.3 s after every start
+        assert _metric("supervisor_group_state", group=group.name, state="running") == 1.0
         os.kill(_pid(group, 1), signal.SIGKILL)
         _wait(lambda: sup.state is GroupState.FAILED, timeout_s=60, what="FAILED")
+        # The alert SupervisorGroupFailed reads this, not the ranks' states (see ops/alerts.yml).
+        assert _metric("supervisor_group_state", group=group.name, state="failed") == 1.0
+        assert _metric("supervisor_group_state", group=group.name, state="running") == 0.0
+        assert _metric("supervisor_group_state", group=group.name, state="recovering") == 0.0
         assert len(hooks.replaced) == 3
         assert isinstance(sup.failure, GroupFailedError)
         message = str(sup.failure)

@@ -94,7 +94,8 @@ class LifecycleHooks:
         """Workers of the group per state, after every change."""
 
     def on_group_state(self, group: str, source: str, target: str) -> None:
-        """The group's state changed (``running``, ``recovering``, ``failed``, ...: GroupState values)."""
+        """The group's state changed (``running``, ``recovering``, ``failed``, ...: GroupState values);
+        ``source == target`` once, when supervision starts, with the state it starts in."""
 
     def on_group_failed(self, group: str, message: str) -> None:
         """The group is FAILED (restart budget exhausted or replacement failed); no more restarts."""
@@ -202,6 +203,11 @@ class ObservingHooks(LifecycleHooks):
     def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
         for state, count in counts.items():
             metrics.WORKERS.labels(group=group, state=state).set(count)
+
+    def on_group_state(self, group: str, source: str, target: str) -> None:
+        if source != target:
+            metrics.GROUP_STATE.labels(group=group, state=source).set(0)
+        metrics.GROUP_STATE.labels(group=group, state=target).set(1)
 
     def on_group_failed(self, group: str, message: str) -> None:
         log.error("group_failed", group=group, message=message)

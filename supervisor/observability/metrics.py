@@ -25,6 +25,7 @@ __all__ = [
     "RESOURCE_WAIT",
     "POOL_BUNDLES",
     "INIT_ATTEMPTS",
+    "GROUP_STATE",
     "WORKERS",
     "WORKER_RESTARTS",
     "FAILURE_DETECTION",
@@ -94,7 +95,12 @@ INIT_ATTEMPTS = Counter(
     "supervisor_init_attempts_total", "Per-rank calls of a group's init method, by outcome.",
     ["group", "outcome"], registry=REGISTRY,
 )
-#: Every change; every state is published, zeros included. state: `running`, `failed`, `restarting`, `initializing`.
+#: When supervision starts, then every change: 1 for the group's state, 0 for the one it left. state: `running`, `recovering`, `failed`, `stopped`.
+GROUP_STATE = Gauge(
+    "supervisor_group_state", "A group's state: 1 for the one it is in (a FAILED group gave up restarting).",
+    ["group", "state"], registry=REGISTRY,
+)
+#: Every change; every state is published, zeros included. state: `running`, `failed` (observed failed: waiting for its replacement, a backoff or the budget), `restarting`, `initializing`.
 WORKERS = Gauge("supervisor_workers", "Workers of a group by state.", ["group", "state"], registry=REGISTRY)
 #: A rank was replaced. reason: `died`, `hung`, `node_lost`, `init_failed`.
 WORKER_RESTARTS = Counter(

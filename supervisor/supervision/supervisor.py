@@ -184,6 +184,7 @@ class GroupSupervisor:
         for status in self.gate.ranks:
             self._detector.watch(status.rank, status.generation)
         self._publish_worker_states(self._loop)
+        self.hooks.on_group_state(self.group.name, self._loop.group.value, self._loop.group.value)  # its first value
         self._publish_budget()
         self.hooks.on_drift_state(
             self.group.name, sum(1 for p in self.drift() if p.drifted)
@@ -499,6 +500,7 @@ class GroupSupervisor:
         with self.gate.cond:
             if self._loop.group.is_terminal:
                 return
+            previous = self._loop.group
             self._loop = dataclasses.replace(self._loop, group=GroupState.FAILED, failure=message)
             self.gate.group_state = GroupState.FAILED
             self.gate.failure = error
@@ -507,6 +509,7 @@ class GroupSupervisor:
                     status.state = WorkerState.FAILED
             self.gate.cond.notify_all()
         self._tasks.stopping.set()
+        self.hooks.on_group_state(self.group.name, previous.value, GroupState.FAILED.value)
         self.hooks.on_group_failed(self.group.name, str(error))
         self._publish_worker_states(self._loop, failed_group=True)
 
