@@ -254,13 +254,14 @@ def overview() -> db.Dashboard:
         .with_panel(
             stat_panel(
                 3,
-                "Failed workers by group",
-                "Workers in state failed, per group, now. A group's workers are failed once its restart "
-                "budget is exhausted or a replacement could not be created: anything above 0 needs a person.",
+                "Failed groups",
+                "1 for a group that is FAILED now: its restart budget is exhausted or a replacement could not "
+                "initialise, and its daemon tears the job down. Anything above 0 needs a person. (A rank waiting "
+                "out a restart backoff is a failed worker while its group recovers: see the Recovery dashboard.)",
                 "short",
                 [
                     target(
-                        sum_by("supervisor, group", sel("supervisor_workers", 'state="failed"', group=True)),
+                        sum_by("supervisor, group", sel("supervisor_group_state", 'state="failed"', group=True)),
                         "{{supervisor}}/{{group}}",
                         instant=True,
                     )

@@ -107,8 +107,6 @@ class DaemonHooks(ObservingHooks):
 
     def on_group_state(self, group: str, source: str, target: str) -> None:
         super().on_group_state(group, source, target)
-        if source == target:  # the state it starts in, published for the metric: not an event
-            return
         self.event(EventKind.GROUP_STATE, f"{source} -> {target}", EventType.WARNING if target == "failed" else EventType.NORMAL, group)
 
     def on_group_failed(self, group: str, message: str) -> None:

@@ -94,8 +94,10 @@ class LifecycleHooks:
         """Workers of the group per state, after every change."""
 
     def on_group_state(self, group: str, source: str, target: str) -> None:
-        """The group's state changed (``running``, ``recovering``, ``failed``, ...: GroupState values);
-        ``source == target`` once, when supervision starts, with the state it starts in."""
+        """The group's state changed (``running``, ``recovering``, ``failed``, ...: GroupState values)."""
+
+    def on_group_states(self, group: str, states: dict[str, int]) -> None:
+        """The group's state as one-hot values (1 for the state it is in), published with its workers'."""
 
     def on_group_failed(self, group: str, message: str) -> None:
         """The group is FAILED (restart budget exhausted or replacement failed); no more restarts."""
@@ -204,10 +206,9 @@ class ObservingHooks(LifecycleHooks):
         for state, count in counts.items():
             metrics.WORKERS.labels(group=group, state=state).set(count)
 
-    def on_group_state(self, group: str, source: str, target: str) -> None:
-        if source != target:
-            metrics.GROUP_STATE.labels(group=group, state=source).set(0)
-        metrics.GROUP_STATE.labels(group=group, state=target).set(1)
+    def on_group_states(self, group: str, states: dict[str, int]) -> None:
+        for state, value in states.items():
+            metrics.GROUP_STATE.labels(group=group, state=state).set(value)
 
     def on_group_failed(self, group: str, message: str) -> None:
         log.error("group_failed", group=group, message=message)

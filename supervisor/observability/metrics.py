@@ -95,7 +95,7 @@ INIT_ATTEMPTS = Counter(
     "supervisor_init_attempts_total", "Per-rank calls of a group's init method, by outcome.",
     ["group", "outcome"], registry=REGISTRY,
 )
-#: When supervision starts, then every change: 1 for the group's state, 0 for the one it left. state: `running`, `recovering`, `failed`, `stopped`.
+#: With supervisor_workers (when supervision starts, then every change): 1 for the group's state, 0 for the others. state: `running`, `recovering`, `failed`, `stopped`.
 GROUP_STATE = Gauge(
     "supervisor_group_state", "A group's state: 1 for the one it is in (a FAILED group gave up restarting).",
     ["group", "state"], registry=REGISTRY,

@@ -184,7 +184,6 @@ class GroupSupervisor:
         for status in self.gate.ranks:
             self._detector.watch(status.rank, status.generation)
         self._publish_worker_states(self._loop)
-        self.hooks.on_group_state(self.group.name, self._loop.group.value, self._loop.group.value)  # its first value
         self._publish_budget()
         self.hooks.on_drift_state(
             self.group.name, sum(1 for p in self.drift() if p.drifted)
@@ -530,6 +529,8 @@ class GroupSupervisor:
             )
             counts[target.value] += 1
         self.hooks.on_worker_states(self.group.name, counts)
+        current = GroupState.FAILED if failed_group else state.group
+        self.hooks.on_group_states(self.group.name, {g.value: int(g is current) for g in GroupState})
 
     # -- helpers --------------------------------------------------------------------------------
     def _running_generations(self) -> dict[int, int]:
