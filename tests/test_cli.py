@@ -139,3 +139,19 @@ def test_the_level_holds_for_loggers_that_set_their_own():
     )
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and [json.loads(line)["event"] for line in out.stderr.splitlines()] == ["at the level"], out.stderr
+
+
+def test_a_watch_ends_at_its_next_update_on_the_first_ctrl_c_and_at_once_on_the_second():
+    import os
+    import signal
+
+    from supervisor.cli.watch import WatchStop
+
+    before = signal.getsignal(signal.SIGINT)
+    with WatchStop() as stop:
+        assert not stop.wait(0.01)
+        os.kill(os.getpid(), signal.SIGINT)  # handled between bytecodes: no KeyboardInterrupt here
+        assert stop.wait(5.0)
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("the second Ctrl-C did not interrupt")  # pragma: no cover
+    assert signal.getsignal(signal.SIGINT) is before

@@ -20,6 +20,7 @@ import click
 
 from ..version import __version__
 from .export import AssetBundle
+from .watch import WatchStop
 
 __all__ = ["main"]
 
@@ -228,7 +229,7 @@ def status(names: tuple[str, ...], address: str | None, as_json: bool, output: s
     from .status import collect_status, render_status, status_to_json, status_to_yaml
 
     output = "json" if as_json else output
-    with _connected(address), contextlib.suppress(*((KeyboardInterrupt,) if watch else ())):  # Ctrl-C ends --watch
+    with _connected(address), (WatchStop() if watch else contextlib.nullcontext()) as stop:  # Ctrl-C ends --watch
         while True:
             report = collect_status(time.time(), list(names) or None, ranks=output == "wide")
             if output == "json":  # one document per update: a compact line each when watching
@@ -242,9 +243,8 @@ def status(names: tuple[str, ...], address: str | None, as_json: bool, output: s
                 elif watch:
                     text = "\n" + text  # off a terminal: the updates one after the other, a blank line apart
             click.echo(text.rstrip("\n"))
-            if not watch:
+            if stop is None or stop.wait(interval_s):
                 return
-            time.sleep(interval_s)
 
 
 @main.command()
@@ -297,7 +297,7 @@ def events(
         since_s = parse_duration(since) if since is not None else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--since'") from None
-    with _connected(address), contextlib.suppress(*((KeyboardInterrupt,) if watch else ())):
+    with _connected(address), (WatchStop() if watch else contextlib.nullcontext()) as stop:  # Ctrl-C ends --watch
         after: float | None = None  # with --watch: the newest event printed so far
         while True:
             now = time.time()
@@ -327,10 +327,11 @@ def events(
                 text = "no events" if after is None else ""
             if text:
                 click.echo(text.rstrip("\n"))
-            if not watch:
+            if stop is None:
                 return
             after = max([r.event.time for r in rows] + [after if after is not None else now])
-            time.sleep(interval_s)
+            if stop.wait(interval_s):
+                return
 
 
 @main.command()
