@@ -317,10 +317,11 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
         [str(BIN / "supervisor"), "status", name, "-o", "json", "--watch", "--interval", "0.5", "--address", cluster.address],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
-    time.sleep(8)
+    first = watching.stdout.readline()  # it is connected and watching: Ctrl-C now ends the watch
+    time.sleep(2)
     watching.send_signal(signal.SIGINT)
     out, err = watching.communicate(timeout=30)
-    updates = [json.loads(line) for line in out.splitlines() if line.strip()]
+    updates = [json.loads(line) for line in (first + out).splitlines() if line.strip()]
     assert watching.returncode == 0 and len(updates) >= 2 and all(u["supervisors"][0]["name"] == name for u in updates), err
     listing = cli("list", "--address", cluster.address)
     assert listing.stdout.splitlines()[0].split() == ["NAME", "LIVENESS", "STATE", "PID", "HOST", "HEARTBEAT", "POOLS", "GROUPS"]

@@ -16,6 +16,7 @@ Each check has a self-test showing it can fail.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "supervisor"
@@ -237,3 +238,17 @@ def test_the_length_check_finds_a_long_module_and_holds_core_to_it():
     assert _too_long(lengths, 600, {"supervisor.core.a", "supervisor.daemon.b"}) == [
         "supervisor.core.a: 601 lines"
     ]
+
+
+def _stated_imports(layer: str) -> set[str]:
+    """The layers ``supervisor/<layer>/__init__.py``'s docstring says it may import."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text())) or ""
+    (stated,) = [p for p in doc.split("\n\n") if p.startswith("May import:")]
+    return set(re.findall(r"``(\w+)``", stated.split("checked against")[0]))
+
+
+def test_every_layers_docstring_states_the_imports_the_table_allows():
+    layers = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py") if p.parent.name != "_assets")
+    assert "core" in layers and "supervision" in layers
+    wrong = {layer: (_stated_imports(layer), MAY_IMPORT[layer]) for layer in layers if _stated_imports(layer) != MAY_IMPORT[layer]}
+    assert not wrong, "docstring says, table says: " + repr(wrong)

@@ -363,6 +363,7 @@ def test_a_removed_group_or_pool_leaves_no_series_and_the_others_keep_theirs():
         metrics.observe_dispatch(group, "generate", 0.01, metrics.DispatchFailure.RAISED)
         metrics.INIT_ATTEMPTS.labels(group=group, outcome="ok").inc()
         hooks.on_worker_states(group, {"running": 2, "failed": 0})
+        hooks.on_group_states(group, {"running": 1, "recovering": 0, "failed": 0, "stopped": 0})
         hooks.on_worker_failed(group, 1, "died", "SIGKILL", detection_s=0.2)
         hooks.on_worker_replaced(group, 1, "died")
         hooks.on_worker_recovered(group, 1, recovery_s=3.0)
@@ -381,7 +382,7 @@ def test_a_removed_group_or_pool_leaves_no_series_and_the_others_keep_theirs():
         "supervisor_workers", "supervisor_worker_restarts", "supervisor_failure_detection_seconds",
         "supervisor_recovery_seconds", "supervisor_placement_drift_workers", "supervisor_placement_drift_events",
         "supervisor_standby_workers", "supervisor_standbys_wanted", "supervisor_restarts_in_window", "supervisor_max_restarts",
-        "supervisor_state_restore_seconds", "supervisor_drains", "supervisor_handover_seconds",
+        "supervisor_state_restore_seconds", "supervisor_drains", "supervisor_handover_seconds", "supervisor_group_state",
     }  # fmt: skip
     pool_families = {"supervisor_resource_wait_seconds", "supervisor_pool_bundles"}
     before = _series_by_family("group", of={"g", "h"})

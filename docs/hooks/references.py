@@ -28,13 +28,19 @@ PACKAGE = ROOT / "supervisor"
 DOCS_URL_FILE = ROOT / "ops" / "docs_url"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 # The layers of the package, bottom up: the order the diagram draws them in.
-LAYERS = ("errors", "observability", "placement", "core", "state", "supervision", "daemon", "integrations", "run", "cli", "compat")
+LAYERS = (
+    "errors", "version", "observability", "fencing", "placement", "core", "state", "supervision", "daemon", "integrations",
+    "run", "cli", "compat",
+)  # fmt: skip
 
 
 def docs_url() -> str:
     """The docs site's base address (``ops/docs_url``: its one line that is not a comment)."""
-    lines = [ln.strip() for ln in DOCS_URL_FILE.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    url = lines[0]
+    lines = [ln.strip() for ln in DOCS_URL_FILE.read_text().splitlines()]
+    urls = [ln for ln in lines if ln and not ln.startswith("#")]
+    if len(urls) != 1:
+        raise ValueError(f"{DOCS_URL_FILE} must hold one address besides its comments, found {len(urls)}")
+    url = urls[0]
     return url if url.endswith("/") else url + "/"
 
 
@@ -67,8 +73,12 @@ def _default_text(prop: dict[str, Any], required: bool) -> str:
     return f"`{value}`"
 
 
+_RST_ROLE = re.compile(r":(?:class|mod|func|meth|data|attr|exc):`~?\.?([^`]+)`")
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as one Markdown table cell: Sphinx roles (docstrings) as code, no pipes or newlines."""
+    return _RST_ROLE.sub(r"`\1`", text).replace("|", "\\|").replace("\n", " ")
 
 
 def _spec_table(heading: str, table: dict[str, Any]) -> list[str]:
@@ -150,7 +160,7 @@ def metrics_reference() -> str:
 
 def _first_paragraph(obj: Any) -> str:
     doc = inspect.getdoc(obj) or ""
-    return " ".join(doc.split("\n\n")[0].split())
+    return _RST_ROLE.sub(r"`\1`", " ".join(doc.split("\n\n")[0].split()))
 
 
 def _load_everything() -> None:
@@ -173,7 +183,7 @@ def errors_reference() -> str:
     def lines(cls: type, depth: int) -> list[str]:
         where = f"`supervisor.{exported[cls]}`" if cls in exported else f"`{cls.__module__}.{cls.__qualname__}`"
         std = [b.__name__ for b in cls.__bases__ if b.__module__ == "builtins"]
-        also = f" (also a `{'`, `'.join(std)}`)" if std else ""
+        also = f" (also `{'`, `'.join(std)}`)" if std else ""
         out = [f"{'    ' * depth}- **{cls.__name__}**{also}: {_first_paragraph(cls)} Import: {where}."]
         for sub in sorted(cls.__subclasses__(), key=lambda c: c.__name__):
             if sub.__module__.startswith("supervisor"):
@@ -232,22 +242,18 @@ def _imported_modules(path: Path) -> set[str]:
 
 def layer_graph() -> dict[str, set[str]]:
     """Layer -> the layers its modules import (function-level and annotation-only imports included);
-    a top-level module (``errors``, ``fencing``, ``version``) counts as the layer ``errors``."""
+    a top-level module (``errors``, ``fencing``, ``version``) is a layer of its own."""
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         if "_assets" in path.parts:
             continue
-        source = _canonical_layer(_layer(_module_name(path)))
-        targets = {_canonical_layer(_layer(m)) for m in _imported_modules(path)}
+        source = _layer(_module_name(path))
+        targets = {_layer(m) for m in _imported_modules(path)}
         graph.setdefault(source, set()).update(t for t in targets if t != source)
     graph.pop("supervisor", None)
     for targets in graph.values():
         targets.discard("supervisor")
     return graph
-
-
-def _canonical_layer(layer: str) -> str:
-    return "errors" if layer in ("errors", "fencing", "version") else layer
 
 
 def architecture_diagram() -> str:
@@ -282,7 +288,7 @@ def architecture_diagram() -> str:
     for layer in rows:
         y = y_of[layer]
         parts.append(f'<rect x="{x_box}" y="{y}" width="{box_w}" height="{box_h}" rx="5" fill="#e8eaf6" stroke="#3f51b5"/>')
-        label = "supervisor (top-level)" if layer == "errors" else f"supervisor.{layer}"
+        label = f"supervisor.{layer}"
         parts.append(f'<text x="{x_box + 10}" y="{y + 22}" font-family="monospace" font-size="13">{html.escape(label)}</text>')
     parts.append("</svg>")
     edges = [
@@ -293,10 +299,14 @@ def architecture_diagram() -> str:
 
 
 def _layer_docs() -> dict[str, str]:
-    out = {"errors": "exceptions, the fence seam, the version"}
-    for init in PACKAGE.glob("*/__init__.py"):
-        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
-        out[init.parent.name] = doc.split(".")[0].split("\n")[0]
+    """Layer -> what it owns: the ``Owns:`` paragraph of its docstring, else its first line."""
+    out = {}
+    paths = {path.stem: path for path in PACKAGE.glob("*.py") if path.stem != "__init__"}
+    paths |= {init.parent.name: init for init in PACKAGE.glob("*/__init__.py")}
+    for layer, path in paths.items():
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        owns = [p for p in doc.split("\n\n") if p.startswith("Owns:")]
+        out[layer] = " ".join((owns[0].removeprefix("Owns:") if owns else doc.split("\n")[0]).split())
     return out
 
 
