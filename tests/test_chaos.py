@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from daemon_harness import ENV
@@ -125,6 +126,18 @@ def test_report_is_ok_only_without_violations_losses_or_leaks(tmp_path):
         assert not Report("x", "quick", 0, 0.0, **broken).ok
 
 
+def _failed_daemon_logs(reports: Path, work: Path, lines: int = 40) -> str:
+    """The last lines of every daemon log of each scenario that failed (what CI's output keeps)."""
+    out = []
+    for report in sorted(reports.glob("*.json")):
+        if json.loads(report.read_text()).get("ok", True):
+            continue
+        for log in sorted((work / report.stem).glob("daemon-*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out += [f"\n--- {report.stem}/{log.name} (last {len(tail)} lines)", *tail]
+    return "\n".join(out)
+
+
 LIFECYCLE_ONLY_IN_QUICK = ("starvation", "teardown", "slow-stop", "detach-gc")
 
 
@@ -137,12 +150,13 @@ def test_every_scenario_holds_its_invariants_in_the_quick_profile(tmp_path):
     each against the example RLHF job (its trained groups too) on one local cluster. Every scenario
     whose job ends cleanly checks the trained state against a fault-free reference run computed for
     real (chaos/reference.py), so that computation runs here too."""
+    work = tmp_path / "work"  # the daemons' logs, kept: a failure shows their last lines below
     proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "all", "--quick", "--seed", "1", "--out", str(tmp_path)],
+        [sys.executable, "-m", "chaos", "all", "--quick", "--seed", "1", "--out", str(tmp_path), "--workdir", str(work)],
         env=ENV, capture_output=True, text=True, timeout=2100,
     )  # fmt: skip
     summaries = [line for line in proc.stdout.splitlines() if not line.startswith("{")]
-    assert proc.returncode == 0, "\n".join(summaries) + "\n" + proc.stderr[-3000:]
+    assert proc.returncode == 0, "\n".join(summaries) + "\n" + proc.stderr[-3000:] + _failed_daemon_logs(tmp_path, work)
     reports = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     assert sorted(reports) == sorted(
         f"{name}-quick"
