@@ -234,7 +234,8 @@ def _imported_modules(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
-            out.add(".".join([*base, *([node.module] if node.module else [])]))
+            target = ".".join([*base, *([node.module] if node.module else [])])
+            out |= {target, *(f"{target}.{alias.name}" for alias in node.names)}  # `from .. import errors` too
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
     return {m for m in out if m.startswith("supervisor")}
