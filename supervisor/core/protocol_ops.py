@@ -27,6 +27,15 @@ _short_repr.maxstring = 60
 _short_repr.maxother = 60
 
 
+def _select_keys(field: str, keys: Any, mapping: dict[str, Any]) -> dict[str, Any]:
+    """``mapping`` itself when ``keys`` is None, else a new dict of those keys (each must exist)."""
+    if keys is None:
+        return mapping
+    _check_known_keys(field, keys, mapping)
+    wanted = set(keys)
+    return {key: value for key, value in mapping.items() if key in wanted}
+
+
 def _check_known_keys(kind: str, requested: Iterable[Any], available: Iterable[Any]) -> None:
     available = list(available)
     missing = [key for key in requested if key not in available]
@@ -194,19 +203,8 @@ class DataProtoOperations:
             _check_known_keys("batch", batch_keys, self.batch.keys() if self.batch is not None else [])
             sub_batch = self.batch.select(*batch_keys) if self.batch is not None else None
 
-        if non_tensor_batch_keys is None:
-            non_tensor = self.non_tensor_batch
-        else:
-            _check_known_keys("non_tensor_batch", non_tensor_batch_keys, self.non_tensor_batch)
-            wanted = set(non_tensor_batch_keys)
-            non_tensor = {key: value for key, value in self.non_tensor_batch.items() if key in wanted}
-
-        if meta_info_keys is None:
-            meta = self.meta_info
-        else:
-            _check_known_keys("meta_info", meta_info_keys, self.meta_info)
-            wanted = set(meta_info_keys)
-            meta = {key: value for key, value in self.meta_info.items() if key in wanted}
+        non_tensor = _select_keys("non_tensor_batch", non_tensor_batch_keys, self.non_tensor_batch)
+        meta = _select_keys("meta_info", meta_info_keys, self.meta_info)
 
         if deepcopy:
             non_tensor = copy.deepcopy(non_tensor)
