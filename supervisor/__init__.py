@@ -25,6 +25,7 @@ from .errors import PlacementError as PlacementError
 from .errors import SupervisorError as SupervisorError
 from .errors import UnknownMethodError as UnknownMethodError
 from .errors import WorkerEnvError as WorkerEnvError
+from .failure import FailureReason as FailureReason
 from .observability.hooks import LifecycleHooks as LifecycleHooks
 from .observability.hooks import ObservingHooks as ObservingHooks
 from .placement.pool import PlacementStrategy as PlacementStrategy
@@ -46,7 +47,6 @@ from .supervision.lifecycle import ActorStartError as ActorStartError
 from .supervision.lifecycle import InitGroupError as InitGroupError
 from .supervision.lifecycle import create_group as create_group
 from .supervision.lifecycle import init_group as init_group
-from .supervision.restart_policy import FailureReason as FailureReason
 from .supervision.restart_policy import RestartPolicy as RestartPolicy
 from .supervision.restart_policy import RestartStrategy as RestartStrategy
 from .supervision.supervised_call import WorkerFailedError as WorkerFailedError

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, register
 from supervisor.core.heartbeat import HEARTBEAT_PERIOD_S, Beat, read_beats, stale_beats, wait_for_beat
+from supervisor.failure import ErrorKind
 from supervisor.supervision import death_watch
 from supervisor.supervision.detection import BeatClock
-from supervisor.supervision.failures import ErrorKind
 
 
 class ThreadedWorker(Worker):

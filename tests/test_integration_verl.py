@@ -348,7 +348,7 @@ def _recording_host(name):
         """The library's real hooks (metrics, logs), remembering replacements and removals."""
 
         def __init__(self):
-            self.replaced, self.removed, self.changed = [], [], []
+            self.replaced, self.removed = [], []
 
         def on_worker_replaced(self, group, rank, reason):
             super().on_worker_replaced(group, rank, reason)
@@ -357,10 +357,6 @@ def _recording_host(name):
         def on_group_removed(self, group):
             super().on_group_removed(group)
             self.removed.append(group)
-
-        def on_supervision_changed(self, group):
-            super().on_supervision_changed(group)
-            self.changed.append(group)
 
     @dataclasses.dataclass
     class RecordingHost:
@@ -372,6 +368,14 @@ def _recording_host(name):
         registered: dict = dataclasses.field(default_factory=dict)
         unregistered: list = dataclasses.field(default_factory=list)
         pools: list = dataclasses.field(default_factory=list)
+        changed: list = dataclasses.field(default_factory=list)  # groups whose state was written through
+
+        @property
+        def record(self):  # the record sink: its writes, remembered
+            return self
+
+        def write_through(self, group):
+            self.changed.append(group)
 
         def pool_name(self, requested):
             name = requested if requested not in self.pools else f"{requested}-{len(self.pools)}"
@@ -425,7 +429,7 @@ def test_a_hosted_group_is_named_owned_and_recorded_by_its_host(ray_cluster, no_
         os.kill(pid, signal.SIGKILL)  # rank 0: a new rendezvous for everyone
         _wait_recovered(group, {0: 1})
         assert ("hosted", 0, "died") in host.hooks.replaced
-        assert "hosted" in host.hooks.changed  # the init to re-run was armed: the record's supervision changed
+        assert "hosted" in host.changed  # the init to re-run was armed: the record's supervision changed
         _check_every_row_once(group.compute(_batch(4)), 4)
         group.teardown()
         assert host.unregistered == ["hosted"] and host.hooks.removed == ["hosted"]

@@ -24,17 +24,19 @@ PACKAGE = Path(__file__).resolve().parent.parent / "supervisor"
 # Layer -> the layers it may import. A layer is a subpackage (``core``), a top-level module
 # (``errors``) or ``""``, the package's own ``__init__`` (the curated public API).
 MAY_IMPORT: dict[str, set[str]] = {
-    "": {"core", "errors", "observability", "placement", "supervision", "version"},
+    "": {"core", "errors", "failure", "observability", "placement", "supervision", "version"},
     "errors": set(),
     "version": set(),
+    # The one classification of errors and the reasons a rank is replaced: every layer's vocabulary.
+    "failure": {"errors"},
     "fencing": {"errors", "observability"},
     # The hooks read placement's and supervision's facts through protocols of their own.
-    "observability": {"version"},
+    "observability": {"failure", "version"},
     "placement": {"errors", "fencing", "observability"},
-    "core": {"errors", "fencing", "observability", "placement"},
+    "core": {"errors", "failure", "fencing", "observability", "placement"},
     "state": {"core", "errors", "fencing", "observability"},
-    "supervision": {"core", "errors", "observability", "placement", "state"},
-    "daemon": {"core", "errors", "fencing", "observability", "placement", "state", "supervision"},
+    "supervision": {"core", "errors", "failure", "observability", "placement", "state"},
+    "daemon": {"core", "errors", "failure", "fencing", "observability", "placement", "state", "supervision"},
     "compat": {"core", "placement"},
     "integrations": {"core", "daemon", "errors", "fencing", "observability", "placement", "run", "state", "supervision"},
     "run": {"daemon", "errors", "integrations", "observability", "placement"},

@@ -235,7 +235,7 @@ def test_transient_errors_of_a_recovery_step():
     import ray
 
     from supervisor.errors import ConfigError
-    from supervisor.supervision.failures import is_transient
+    from supervisor.failure import is_transient
     from supervisor.supervision.lifecycle import ActorStartError, InitGroupError
 
     for exc in (TimeoutError("name not released"), ActorStartError("died while starting"), ray.exceptions.GetTimeoutError("late"), ConnectionError()):

@@ -19,11 +19,13 @@ from hypothesis import strategies as st
 
 from supervisor.placement.standby import BundleRef, ReplacementKind
 from supervisor.supervision import GroupState, SupervisionConfig, WorkerState, reconcile
+from supervisor.supervision.init_policy import InitOutcome, InitPolicy, RankAttempt
 from supervisor.supervision.reconcile import (
     InitDone,
     PlacementSeen,
     RankFailed,
     ReplacementDone,
+    TaskCrashed,
     decide,
     initial_state,
 )
@@ -86,10 +88,17 @@ class FakeGroup:
         self.replacing.discard(rank)
         return self.step(ReplacementDone(rank, error=error))
 
-    def initialised(self, **kwargs):
+    def initialised(self, failed=None, **kwargs):
+        """The init task ended; ``failed``: ``{rank: InitOutcome}`` of the ranks whose init call did not succeed."""
         ranks, self.init = self.init, None
         assert ranks is not None
-        return self.step(InitDone(ranks, **kwargs))
+        failed = failed or {}
+        # The task stops at the first step that fails: no init round after a rendezvous step that did not reach every rank.
+        ran = self.config.init_method and not any(kwargs.get(k) for k in ("unreachable", "error", "fatal"))
+        attempts = () if not ran else tuple(
+            RankAttempt(r, 1, failed.get(r, InitOutcome.OK), None if r not in failed else "boom") for r in ranks
+        )
+        return self.step(InitDone(ranks, attempts=attempts, **kwargs))
 
     def rank_states(self):
         return [v.state for v in self.state.ranks]
@@ -204,13 +213,76 @@ def test_an_init_that_runs_out_of_attempts_fails_the_group():
     assert decide(plan.state, [_died(2)], group.config, group.now).empty  # terminal: nothing more
 
 
-def test_ranks_the_init_rebuilt_are_restarts_and_renewed():
+def test_a_survivor_that_cannot_take_the_new_rendezvous_is_replaced_by_the_planner_and_charged():
     group = FakeGroup(_config())
     group.step(_died(0))
     group.replaced(0)
-    plan = group.initialised(rebuilt={2: (FailureReason.DIED, 1)})
-    assert sorted(plan.renewed) == [0, 2]
+    plan = group.initialised(unreachable=(2,))
     assert [(r.rank, r.reason) for r in plan.restarts] == [(2, FailureReason.DIED)]
+    assert [r.rank for r in plan.replacements] == [2] and plan.serving == ()
+    plan = group.replaced(2)
+    assert plan.init is not None and plan.init.ranks == (0, 1, 2, 3)  # the round runs again, rank 2's new actor in it
+    plan = group.initialised()
+    assert sorted(plan.renewed) == [0, 2] and plan.state.group is GroupState.RUNNING
+
+
+def test_a_failed_init_is_planned_like_any_failure_and_its_ranks_serve_together():
+    group = FakeGroup(_config())
+    group.step(_died(1))
+    group.step(_died(2))
+    group.replaced(1)
+    group.replaced(2)
+    assert group.init == (1, 2)
+    plan = group.initialised(failed={2: InitOutcome.RAISED})
+    assert [(m.rank, m.target) for m in plan.moves] == [(2, WorkerState.FAILED)]
+    assert plan.serving == () and group.state.ranks[1].init_done  # rank 1 waits for rank 2
+    assert plan.replacements == () and plan.wake_at > group.now  # the init policy's backoff first
+    group.now = plan.wake_at
+    plan = group.step()
+    assert [(r.rank, r.reason) for r in plan.restarts] == [(2, FailureReason.INIT_FAILED)]
+    assert [r.rank for r in plan.replacements] == [2] and not plan.replacements[0].fork  # a plain start
+    plan = group.replaced(2)
+    assert plan.init is not None and plan.init.ranks == (2,) and plan.init.prior_calls == (1,)  # only the failed rank runs again
+    plan = group.initialised()
+    assert sorted(plan.serving) == [1, 2] and plan.state.group is GroupState.RUNNING
+
+
+def test_a_rank_out_of_init_attempts_fails_the_group_with_every_ranks_last_attempt():
+    config = SupervisionConfig(init_method="init_model", init_policy=InitPolicy(attempts=2, backoff_initial_s=0.0, backoff_jitter_s=0.0))
+    group = FakeGroup(config)
+    group.step(_died(2))
+    group.replaced(2)
+    for attempt in (1, 2):
+        ranks, group.init = group.init, None
+        attempts = tuple(RankAttempt(r, attempt, InitOutcome.RAISED, "ValueError: bad") for r in ranks)
+        plan = group.step(InitDone(ranks, attempts=attempts))
+        if attempt == 1:
+            assert [r.rank for r in plan.replacements] == [2]
+            group.replaced(2)
+    assert plan.state.group is GroupState.FAILED
+    assert "init_model: rank(s) [2] out of attempts" in plan.escalation and "attempt 2/2: raised: ValueError: bad" in plan.escalation
+
+
+def test_a_crashed_recovery_task_fails_the_group_instead_of_leaving_its_rank_recovering():
+    group = FakeGroup(_config())
+    group.step(_died(1))
+    plan = group.step(TaskCrashed("replace-1", (1,), "KeyError: 7"))
+    assert plan.state.group is GroupState.FAILED
+    assert plan.escalation == "recovery task replace-1 of rank(s) [1] crashed: KeyError: 7"
+
+
+def test_a_crashed_task_is_reported_by_the_runner_as_an_observation():
+    outcomes = []
+    runner = TaskRunner("g", outcomes.append)
+
+    def broken():
+        raise KeyError(7)
+
+    runner.start("replace-3", broken, (3,))
+    deadline = time.monotonic() + 5
+    while not outcomes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert outcomes == [TaskCrashed("replace-3", (3,), "KeyError: 7")] and runner.running() == []
 
 
 def test_a_lost_node_goes_to_a_ready_standby_then_to_a_free_placed_spare():
@@ -280,9 +352,7 @@ def test_random_failure_sequences_keep_the_promises(events, strategy, max_restar
         elif kind == "init":
             if group.init is None:
                 continue
-            plan = group.initialised(
-                rebuilt={b: (FailureReason.INIT_FAILED, 1)} if a and b in group.init else {}
-            )
+            plan = group.initialised(failed={b: InitOutcome.RAISED} if a and b in group.init else {})
         else:
             group.now += a
             plan = group.step()
@@ -398,9 +468,9 @@ def test_pruning_the_history_never_changes_a_decision(events, strategy, max_rest
         elif kind == "init":
             if pruned.init is None:
                 continue
-            rebuilt = {b: (FailureReason.INIT_FAILED, 1)} if a and b in pruned.init else {}
+            failed = {b: InitOutcome.RAISED} if a and b in pruned.init else {}
             error = "TimeoutError: init did not answer" if init_error and a else None
-            plans = [g.initialised(rebuilt=rebuilt, error=error) for g in (pruned, unpruned)]
+            plans = [g.initialised(failed={} if error else failed, error=error) for g in (pruned, unpruned)]
         else:
             for g in (pruned, unpruned):
                 g.now += a
@@ -478,14 +548,14 @@ def test_a_finished_task_reports_its_outcome():
         runner.sleep(0.01)
 
 
-def test_ranks_an_init_replaced_before_it_failed_are_charged_and_get_a_new_generation():
+def test_a_transient_init_error_retries_the_same_ranks_after_a_backoff_and_charges_one_restart():
     group = FakeGroup(_config())
     group.step(_died(0))
     group.replaced(0)  # rank 0's init: every rank, with the new rendezvous
-    plan = group.initialised(rebuilt={2: (FailureReason.DIED, 1)}, error="TimeoutError: init of rank 3 did not answer")
-    assert [(r.rank, r.reason) for r in plan.restarts] == [(2, FailureReason.DIED), (0, FailureReason.INIT_FAILED)]
-    assert group.state.ranks[2].replaced and plan.init is None  # the retry waits for its backoff
+    plan = group.initialised(error="TimeoutError: init of rank 3 did not answer")
+    assert [(r.rank, r.reason) for r in plan.restarts] == [(0, FailureReason.INIT_FAILED)]
+    assert plan.init is None  # the retry waits for its backoff
     group.now = plan.wake_at
     plan = group.step()
     assert plan.init is not None and plan.init.ranks == (0, 1, 2, 3)
-    assert sorted(group.initialised().renewed) == [0, 2]
+    assert sorted(group.initialised().renewed) == [0]

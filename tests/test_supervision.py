@@ -14,6 +14,7 @@ import ray
 import torch
 from clusters import connected_cluster
 from supervised_workers import RolloutWorker, SlowInitWorker
+from workers import ReinitFaultWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
 from supervisor.core.heartbeat import wait_for_beat
@@ -28,7 +29,7 @@ from supervisor.supervision import (
     SupervisionConfig,
 )
 from supervisor.supervision.init_policy import InitPolicy
-from supervisor.supervision.restart_policy import RestartPolicy, RestartStrategy
+from supervisor.supervision.restart_policy import FailureReason, RestartPolicy, RestartStrategy
 from supervisor.supervision.supervised_call import WorkerFailedError
 
 FAST_INIT = InitPolicy(timeout_s=30, attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1, backoff_jitter_s=0.0)
@@ -438,3 +439,49 @@ def test_retries_of_a_recovery_stop_at_the_restart_budget(ray_cluster, tmp_path,
         remove_placement_group(blocker)
         _teardown(pool, group, sup)
         ray_cluster.gpu_nodes.append(ray_cluster.add_node(num_cpus=4, num_gpus=2))
+
+
+def _supervised_reinit(tmp_path, **config):
+    pool = ResourcePool([3], use_gpu=False, max_colocate_count=1)
+    group = create_group(pool, ClassWithInitArgs(ReinitFaultWorker, fault_dir=str(tmp_path)))
+    init_group(group, "init_model", policy=FAST_INIT)
+    policy = InitPolicy(timeout_s=30.0, attempts=3, backoff_initial_s=0.1, backoff_max_s=0.2, backoff_jitter_s=0.0)
+    sup = GroupSupervisor(group, SupervisionConfig(init_method="init_model", init_policy=policy, probe_period_s=1.0, **config), hooks=RecordingHooks()).start()
+    return pool, group, sup
+
+
+def test_a_replacement_whose_init_fails_is_replaced_again_by_the_one_planner_and_charged(ray_cluster, tmp_path, no_leaks):
+    """The supervisor's init task runs one round and replaces nothing: the planner replaces the rank
+    whose init raised (its backoff, a plain start), runs the round again, and charges every replacement."""
+    pool, group, sup = part = _supervised_reinit(tmp_path)
+    try:
+        pids = [pid for pid, _ in group.info()]
+        (tmp_path / "init-fails-1").write_text("2")  # the replacement's init raises twice, then succeeds
+        os.kill(pids[1], signal.SIGKILL)
+        _wait(lambda: sup.state is GroupState.RECOVERING, what="the death to be seen")
+        _wait(lambda: sup.state is GroupState.RUNNING, timeout_s=90, what="rank 1 to serve again")
+        assert (tmp_path / "init-fails-1").read_text() == "0"
+        after = group.info()
+        assert after[0][0] == pids[0] and after[2][0] == pids[2] and after[1][0] != pids[1]  # only rank 1 was replaced
+        assert [s.restarts for s in sup.ranks()] == [0, 3, 0]  # its death, then each failed init
+        reasons = [r.reason for r in sup.restart_history()]
+        assert reasons == [FailureReason.DIED, FailureReason.INIT_FAILED, FailureReason.INIT_FAILED]
+        assert sup.ranks()[1].generation == 1  # one new incarnation served, however many actors it took
+        assert not sup.recovery_tasks()
+    finally:
+        _teardown(*part)
+
+
+def test_a_replacement_out_of_init_attempts_fails_the_group_saying_why(ray_cluster, tmp_path, no_leaks):
+    pool, group, sup = part = _supervised_reinit(tmp_path)
+    try:
+        pids = [pid for pid, _ in group.info()]
+        (tmp_path / "init-fails-2").write_text("-1")
+        os.kill(pids[2], signal.SIGKILL)
+        _wait(lambda: sup.state is GroupState.FAILED, timeout_s=90, what="the group to fail")
+        message = str(sup.failure)
+        assert "failed to initialise: init_model: rank(s) [2] out of attempts" in message
+        assert "attempt 3/3: raised: ValueError: bad weights on rank 2" in message
+        assert not sup.recovery_tasks()
+    finally:
+        _teardown(*part)

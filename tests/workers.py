@@ -179,6 +179,30 @@ class InitWorker(Worker):
         return self.ready, os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]
 
 
+class ReinitFaultWorker(Worker):
+    """``init_model`` raises on a rank while the file ``<fault_dir>/init-fails-<rank>`` holds a count
+    above zero (each failing call takes one off; ``-1``: for ever), so a test arms the faults of a
+    replacement's init once the group runs. ``info`` says which process and rendezvous serve."""
+
+    def __init__(self, fault_dir: str) -> None:
+        super().__init__()
+        self.fault_dir = fault_dir
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        path = os.path.join(self.fault_dir, f"init-fails-{self.rank}")
+        left = int(open(path).read()) if os.path.exists(path) else 0
+        if left != 0:
+            if left > 0:
+                with open(path, "w") as f:
+                    f.write(str(left - 1))
+            raise ValueError(f"bad weights on rank {self.rank}")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def info(self) -> tuple[int, str]:
+        return os.getpid(), os.environ["MASTER_PORT"]
+
+
 class RendezvousWorker(Worker):
     """``init_model`` joins a real gloo process group (rank 0 serves the store on MASTER_ADDR, the
     example's way); ``dead_rank`` dies in its first call before joining, so the others' first call

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DispatchError, GroupFailedError, WorkerFailedError
-from ..observability.metrics import DispatchFailure, observe_dispatch
+from ..errors import DispatchError
+from ..failure import DispatchFailure, classify_error
+from ..observability.metrics import observe_dispatch
 from .decorator import MethodSpec, get_method_spec
 from .dispatch import CONCATENATING_COLLECTS, PADDING_SIZE_KEY, resolve_dispatch_fns
 from .modes import Dispatch, Execute
@@ -171,18 +172,7 @@ def _for_read_only_receivers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
 
 
 def _dispatch_failure(exc: BaseException) -> DispatchFailure:
-    if isinstance(exc, GroupFailedError):
-        return DispatchFailure.GROUP_FAILED
-    if isinstance(exc, WorkerFailedError):
-        return DispatchFailure.WORKER_FAILED
-    try:
-        import ray
-
-        if isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.GetTimeoutError):
-            return DispatchFailure.WORKER_FAILED  # an unsupervised group's rank died or did not answer
-    except ImportError:
-        pass
-    return DispatchFailure.RAISED
+    return classify_error(exc).dispatch_failure
 
 
 def bind_registered_methods(group: Any, user_cls: type, read_spec: SpecReader = get_method_spec) -> list[str]:

@@ -409,6 +409,14 @@ class WorkerGroup(RankReplacement):
         return self.name_prefix.rstrip("-_:.") or self.name_prefix
 
     # -- execution ------------------------------------------------------------------------------
+    def call_actor(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call ``method_name`` on one of the group's actors (a fused role's through its host); its ObjectRef.
+
+        Raises:
+            UnknownMethodError: the worker class has no such method.
+        """
+        return self._remote(worker, method_name, args, kwargs)
+
     def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self.fused_worker_used:
             if FUSED_METHOD_SEPARATOR in method_name:  # a role's, bound on the fused group
@@ -517,6 +525,16 @@ class WorkerGroup(RankReplacement):
     def fence(self) -> Fence:
         """Through what the group kills its actors: its pool's owner fence (a daemon's), else directly."""
         return self.resource_pool.owner_fence if self.resource_pool is not None else UNFENCED
+
+    @property
+    def current_rendezvous(self) -> Rendezvous | None:
+        """The rendezvous (MASTER_ADDR/MASTER_PORT) every rank has, or is being given."""
+        return self._rendezvous
+
+    @property
+    def placement_groups(self) -> list[Any]:
+        """The pool's placement groups in rank order, then its spare group (empty for attached groups)."""
+        return list(self._pgs)
 
     @property
     def master_address(self) -> str | None:

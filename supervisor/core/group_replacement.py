@@ -330,6 +330,11 @@ class RankReplacement:
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
 
+    def pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Rendezvous:
+        """A new rendezvous on rank 0's bundle (asked of ``rank_zero``, rank 0's running actor, when
+        given), never the port in use; live ranks learn it through :meth:`propagate_rendezvous`."""
+        return self._pick_new_rendezvous(rank_zero, timeout_s)
+
     def _pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Rendezvous:
         # On rank 0's bundle (asked of rank 0's actor when it runs already), and never the previous
         # port: stale peers may still connect to it.
@@ -349,13 +354,11 @@ class RankReplacement:
         return self._rendezvous
 
     def propagate_rendezvous(self, survivors: list[int], timeout_s: float = 60.0) -> list[int]:
-        """After rank 0 was replaced, tell the live ``survivors`` the new rendezvous (updated in place).
-
-        A survivor that cannot take it within ``timeout_s`` (dead or stuck) is replaced instead, so it
-        starts with the new rendezvous in its environment.
+        """After rank 0 got a new rendezvous, tell the live ``survivors`` (updated in place).
 
         Returns:
-            The survivors that were replaced.
+            The survivors that could not take it within ``timeout_s`` (dead or stuck): the caller
+            replaces them (a fresh actor starts with the new rendezvous in its environment).
         """
         import ray
 
@@ -370,6 +373,4 @@ class RankReplacement:
                 ray.get(ref)
             except ray.exceptions.RayActorError:
                 lost.append(refs[ref])
-        for rank in sorted(lost):
-            self.replace_worker(rank)
         return sorted(lost)

@@ -119,7 +119,7 @@ class Daemon:
                 signal.signal(signal.SIGINT, self._on_signal)
             self._start_metrics()
             claim(job, self.address, self._metrics_address(), _ray_version())
-            job.hooks.persist = job.persist  # from now on every rank state change is written at once
+            job.write_through_armed = True  # from now on every rank state change is written at once
         except Exception as exc:  # nothing of this supervisor was touched yet
             log.error("daemon_not_started", supervisor=self.spec.name, error=first_line(exc, limit=None))
             self._stop_metrics()

@@ -12,7 +12,6 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,13 +19,16 @@ from ..core import gcs_outages
 from ..core.group import WorkerGroup
 from ..core.zygote import NodeZygotes
 from ..errors import SupersededError, SupervisorError, first_line
+from ..failure import FailureReason
 from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger
 from ..placement.pool import ResourcePool
 from ..state.domain import GroupStateStatus, Rollback, StateDomain
 from ..supervision import GroupSupervisor
+from ..supervision.drain import DrainOutcome
 from ..supervision.init_policy import RankAttempt
 from ..supervision.restart_policy import within_window
+from ..supervision.states import GroupState
 from .driver import DriverRun
 from .events import EventKind, EventLog, EventType, events_to_json
 from .fence import OwnerFence
@@ -64,17 +66,11 @@ class DaemonHooks(ObservingHooks):
         self.failures: deque[FailureEvent] = deque(maxlen=RECENT_FAILURES)
         self.drains: dict[tuple[str, int], DrainRecord] = {}  # ranks on draining nodes not handed over yet
         self.events = EventLog()
-        # Writes the record now: set by the job once it has one.
-        self.persist: Callable[[], None] | None = None
 
     def event(self, kind: EventKind, message: str, type: EventType = EventType.NORMAL, group: str | None = None, rank: int | None = None) -> None:
         self.events.add(kind, message, time=time.time(), type=type, group=group, rank=rank)
 
-    def on_supervision_changed(self, group: str) -> None:
-        if self.persist is not None:
-            self.persist()
-
-    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+    def on_worker_failed(self, group: str, rank: int, reason: FailureReason, detail: str, detection_s: float | None) -> None:
         super().on_worker_failed(group, rank, reason, detail, detection_s)
         self.failures.append(FailureEvent(time.time(), group, rank, reason, detail))
         self.event(EventKind.WORKER_FAILED, f"{reason}: {detail}", EventType.WARNING, group, rank)
@@ -86,7 +82,7 @@ class DaemonHooks(ObservingHooks):
             self.failures.append(FailureEvent(time.time(), group, attempt.rank, reason, attempt.error or ""))
             self.event(EventKind.INIT_FAILED, f"{reason} (attempt {attempt.attempt}): {attempt.error or ''}", EventType.WARNING, group, attempt.rank)
 
-    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+    def on_worker_replaced(self, group: str, rank: int, reason: FailureReason) -> None:
         super().on_worker_replaced(group, rank, reason)
         self.event(EventKind.WORKER_REPLACED, f"a fresh actor into the same bundle ({reason})", group=group, rank=rank)
 
@@ -105,9 +101,9 @@ class DaemonHooks(ObservingHooks):
         super().on_rendezvous_changed(group, master_addr, master_port)
         self.event(EventKind.RENDEZVOUS_CHANGED, f"rank 0 replaced: MASTER_ADDR={master_addr} MASTER_PORT={master_port}", group=group)
 
-    def on_group_state(self, group: str, source: str, target: str) -> None:
+    def on_group_state(self, group: str, source: GroupState, target: GroupState) -> None:  # type: ignore[override]
         super().on_group_state(group, source, target)
-        self.event(EventKind.GROUP_STATE, f"{source} -> {target}", EventType.WARNING if target == "failed" else EventType.NORMAL, group)
+        self.event(EventKind.GROUP_STATE, f"{source} -> {target}", EventType.WARNING if target is GroupState.FAILED else EventType.NORMAL, group)
 
     def on_group_failed(self, group: str, message: str) -> None:
         super().on_group_failed(group, message)
@@ -130,7 +126,7 @@ class DaemonHooks(ObservingHooks):
         deadline = "no deadline" if deadline_in_s is None else f"deadline in {deadline_in_s:.0f}s"
         self.event(EventKind.NODE_DRAINING, f"node {node[:12]} is being drained ({deadline}); rank(s) {ranks} run there", EventType.WARNING, group)
 
-    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: str, detail: str) -> None:
+    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: DrainOutcome, detail: str) -> None:  # type: ignore[override]
         super().on_drain_outcome(group, rank, node, outcome, detail)
         known = self.drains.get((group, rank))
         if known is not None:
@@ -196,6 +192,9 @@ class Job:
     zygotes: dict[tuple[str, ...], NodeZygotes] = field(default_factory=dict)  # per preload: the groups' shared zygotes
     fence: OwnerFence | None = None
     last_written: float | None = None  # time.monotonic() of the last record write that succeeded
+    # Once the record is claimed, every change a supervisor writes through reaches it at once (the
+    # supervisors' record sink; before that there is no record of this incarnation to write).
+    write_through_armed: bool = False
     _events_written: int = -1  # EventLog.added when the event history was last written
     _announced_state: str | None = None  # the daemon state the last DaemonState event named
     # Serialises record writes, so they reach the fence in the order their contents were taken.
@@ -258,6 +257,12 @@ class Job:
                     record.last_record_write_error = first_line(exc)
                 log.warning("record_write_failed", failures=record.record_write_failures, error=first_line(exc))
                 raise
+
+    def write_through(self, group: str) -> None:
+        """The supervisors' record sink (:class:`~supervisor.supervision.record_sink.RecordSink`): a
+        rank state or rendezvous of ``group`` changed; written now once the record is claimed."""
+        if self.write_through_armed:
+            self.persist()
 
     def persist(self) -> None:
         """Write the record now because a rank's state or the rendezvous changed (called before the

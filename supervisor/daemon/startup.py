@@ -195,7 +195,7 @@ class JobStarter:
             if spec.state.stateful and to_init:
                 interrupted = _interrupted_ranks(same, new_ranks)
                 if interrupted:
-                    replace_ranks(group, interrupted, FailureReason.INIT_FAILED.value, spec.actor_start_timeout_s, job.hooks)
+                    replace_ranks(group, interrupted, FailureReason.INIT_FAILED, spec.actor_start_timeout_s, job.hooks)
                 to_init = _reform(group)
         else:
             group = create_group(
@@ -217,7 +217,7 @@ class JobStarter:
         record.initialized = True
         history, counts = restored_restarts(same) if same else ([], {})
         supervisor = GroupSupervisor(
-            group, config, job.hooks, restart_history=history, rank_restarts=counts, state_domain=job.state_domain,
+            group, config, job.hooks, restart_history=history, rank_restarts=counts, state_domain=job.state_domain, record=job,
         )  # fmt: skip
         with job.lock:  # from here on the record of this group is built from its supervisor
             assert job.record is not None
@@ -330,6 +330,7 @@ def _ranks_to_init(group: WorkerGroup, earlier: GroupRecord | None, new_ranks: l
     if 0 not in new_ranks:  # adopt_group gave out the rendezvous only for a new rank 0
         adopted = sorted(set(range(1, group.world_size)) - set(new_ranks))
         for rank in group.propagate_rendezvous(adopted):
+            group.replace_worker(rank)
             log.warning("adopted_worker_replaced", group=group.name, rank=rank, reason="did not take the recorded rendezvous")
     return list(range(group.world_size))
 
@@ -350,8 +351,9 @@ def _reform(group: WorkerGroup) -> list[int]:
     """Every rank of a stateful group, on a rendezvous none of them has used: the group is one
     collective, and a rank whose init the earlier daemon did not see finish (it died re-forming the
     group) may hold its peers in a collective that will never complete. Rank 0 lives on and picks it."""
-    group._pick_new_rendezvous(rank_zero=group.workers[0])
+    group.pick_new_rendezvous(rank_zero=group.workers[0])
     for rank in group.propagate_rendezvous(list(range(group.world_size))):
+        group.replace_worker(rank)
         log.warning("adopted_worker_replaced", group=group.name, rank=rank, reason="did not take the new rendezvous")
     return list(range(group.world_size))
 

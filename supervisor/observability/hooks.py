@@ -9,8 +9,11 @@ add alerts or tracing.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any, Protocol, TextIO
 
+from ..failure import FailureReason
 from . import metrics
 from .log import get_logger
 
@@ -20,7 +23,8 @@ log = get_logger("lifecycle")
 
 
 # The hooks read the lower layers' facts through these shapes, not their classes: observability sits
-# below placement and supervision, which call it.
+# below placement and supervision, which call it. States arrive as their own enums (supervision's
+# GroupState, WorkerState and DrainOutcome are string enums: their members are their label values).
 
 
 class ResourceDiagnosisView(Protocol):
@@ -75,10 +79,10 @@ class LifecycleHooks:
     def on_init_attempt(self, group: str, attempt: InitAttemptView) -> None:
         """One rank finished one call of the group's init method (any outcome)."""
 
-    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+    def on_worker_failed(self, group: str, rank: int, reason: FailureReason, detail: str, detection_s: float | None) -> None:
         """A supervised rank was detected failed; ``detection_s`` is death-to-detection when known."""
 
-    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+    def on_worker_replaced(self, group: str, rank: int, reason: FailureReason) -> None:
         """A rank's actor was killed and a fresh one created into the same bundle."""
 
     def on_worker_recovered(self, group: str, rank: int, recovery_s: float | None) -> None:
@@ -90,13 +94,13 @@ class LifecycleHooks:
     def on_drift_state(self, group: str, drifted_workers: int) -> None:
         """How many ranks of the group currently run away from their original node."""
 
-    def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
-        """Workers of the group per state, after every change."""
+    def on_worker_states(self, group: str, counts: Mapping[StrEnum, int]) -> None:
+        """Workers of the group per state (``WorkerState``), after every change."""
 
-    def on_group_state(self, group: str, source: str, target: str) -> None:
-        """The group's state changed (``running``, ``recovering``, ``failed``, ...: GroupState values)."""
+    def on_group_state(self, group: str, source: StrEnum, target: StrEnum) -> None:
+        """The group's state changed (``GroupState`` members: ``running``, ``recovering``, ``failed``, ...)."""
 
-    def on_group_states(self, group: str, states: dict[str, int]) -> None:
+    def on_group_states(self, group: str, states: Mapping[StrEnum, int]) -> None:
         """The group's state as one-hot values (1 for the state it is in), published with its workers'."""
 
     def on_group_failed(self, group: str, message: str) -> None:
@@ -104,10 +108,6 @@ class LifecycleHooks:
 
     def on_rendezvous_changed(self, group: str, master_addr: str, master_port: int) -> None:
         """Rank 0 was replaced, so every rank got a new MASTER_ADDR/MASTER_PORT."""
-
-    def on_supervision_changed(self, group: str) -> None:
-        """Rank states or the rendezvous of a supervised group changed, and no actor has seen the change
-        yet: an owner that persists the supervisor's view (the daemon's record) writes it now."""
 
     def on_pool_bundles(self, pool: str, placed: int, pending: int) -> None:
         """A pool's bundles: placed on a node, or pending (waiting, or being re-placed after a node loss)."""
@@ -149,7 +149,7 @@ class LifecycleHooks:
     def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
         """``node``, where ``ranks`` of ``group`` run, is being drained (its deadline in ``deadline_in_s``; None: none)."""
 
-    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: str, detail: str) -> None:
+    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: StrEnum, detail: str) -> None:
         """What became of a rank's drain notice other than a hand-over (:class:`~supervisor.supervision.drain.DrainOutcome`)."""
 
     def on_rank_handed_over(self, group: str, rank: int, seconds: float, source_node: str | None, target_node: str | None) -> None:
@@ -181,12 +181,12 @@ class ObservingHooks(LifecycleHooks):
             duration_s=round(attempt.duration_s, 3),
         )
 
-    def on_worker_failed(self, group: str, rank: int, reason: str, detail: str, detection_s: float | None) -> None:
+    def on_worker_failed(self, group: str, rank: int, reason: FailureReason, detail: str, detection_s: float | None) -> None:
         if detection_s is not None:
             metrics.FAILURE_DETECTION.labels(group=group).observe(detection_s)
         log.warning("worker_failed", group=group, rank=rank, reason=reason, detail=detail, detection_s=detection_s)
 
-    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
+    def on_worker_replaced(self, group: str, rank: int, reason: FailureReason) -> None:
         metrics.WORKER_RESTARTS.labels(group=group, reason=reason).inc()
         log.info("worker_replaced", group=group, rank=rank, reason=reason)
 
@@ -202,11 +202,11 @@ class ObservingHooks(LifecycleHooks):
     def on_drift_state(self, group: str, drifted_workers: int) -> None:
         metrics.PLACEMENT_DRIFT_WORKERS.labels(group=group).set(drifted_workers)
 
-    def on_worker_states(self, group: str, counts: dict[str, int]) -> None:
+    def on_worker_states(self, group: str, counts: Mapping[StrEnum, int]) -> None:
         for state, count in counts.items():
             metrics.WORKERS.labels(group=group, state=state).set(count)
 
-    def on_group_states(self, group: str, states: dict[str, int]) -> None:
+    def on_group_states(self, group: str, states: Mapping[StrEnum, int]) -> None:
         for state, value in states.items():
             metrics.GROUP_STATE.labels(group=group, state=state).set(value)
 
@@ -271,7 +271,7 @@ class ObservingHooks(LifecycleHooks):
     def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
         log.warning("node_draining", group=group, node=node, deadline_in_s=None if deadline_in_s is None else round(deadline_in_s, 1), ranks=ranks)
 
-    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: str, detail: str) -> None:
+    def on_drain_outcome(self, group: str, rank: int, node: str | None, outcome: StrEnum, detail: str) -> None:
         metrics.DRAINS.labels(group=group, outcome=outcome).inc()
         log.warning("drain_not_handed_over", group=group, rank=rank, node=node, outcome=outcome, detail=detail)
 

@@ -7,12 +7,12 @@ and base units; labels are bounded (never node or actor ids: those go to logs).
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from ..failure import DispatchFailure  # the label values of supervisor_dispatch_failures_total
 from .call_histogram import CallHistogram
 
 __all__ = [
@@ -221,14 +221,6 @@ HANDOVER = Histogram(
 )
 #: When serving starts.
 BUILD_INFO = Gauge("supervisor_build_info", "Build information (always 1).", ["version", "ray_version"], registry=REGISTRY)
-
-
-class DispatchFailure(enum.Enum):
-    """The ``reason`` label of ``supervisor_dispatch_failures_total``."""
-
-    RAISED = "raised"  # the method raised, or the call's arguments did not fit its mode
-    WORKER_FAILED = "worker_failed"  # a rank died or hung during the call
-    GROUP_FAILED = "group_failed"  # the group is FAILED (restart budget exhausted)
 
 
 def observe_dispatch(group: str, method: str, seconds: float, failure: DispatchFailure | None) -> None:

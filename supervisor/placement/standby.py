@@ -56,6 +56,7 @@ class Replacement:
     kind: ReplacementKind
     bundle: BundleRef  # where the rank runs from now on
     handover: bool = False  # the rank's node drains: its old actor serves on until the successor is in
+    fork: bool = True  # a fresh actor may fork from its node's zygote (False: a plain start, after its init failed)
 
 
 def plan_replacements(

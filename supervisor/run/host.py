@@ -10,7 +10,7 @@ verl builds its worker groups in one process of the program (the driver itself, 
   GroupSupervisors decide every replacement and every in-flight call's outcome;
 * takes over the parent's record (with this process's identity, so a claimer that can see this pid
   gone takes over at once) and rewrites it every ``heartbeat_interval_s`` from a thread, and at once on
-  every rank state change (the hooks' ``persist``);
+  every rank state change (the job's record sink);
 * names the program's pools under the supervisor (:meth:`pool_name`), so ``find_owned`` finds them
   and the parent removes them when the command ends (or leaves them, detached, for the next run);
 * supervises each group with its ``[run.groups.NAME]`` settings (:meth:`settings`).
@@ -64,6 +64,7 @@ class RunHost:
         self.fence = OwnerFence(spec.name, on_superseded=self._superseded)
         self.job.fence = self.fence
         self.hooks = self.job.hooks
+        self.record = self.job
         self._pool_names: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -106,7 +107,7 @@ class RunHost:
         record.heartbeat_interval_s, record.orphan_grace_s, record.detached_grace_s = sup.heartbeat_interval_s, sup.orphan_grace_s, sup.detached_grace_s
         job.record = record
         job.phase = DaemonState.RUNNING
-        job.hooks.persist = job.persist
+        job.write_through_armed = True
         job.write_record()
         log.info("run_host_claimed", supervisor=self.name, generation=self.fence.generation, pid=me.pid)
         self._thread = threading.Thread(target=self._beat, name="supervisor-run-heartbeat", daemon=True)

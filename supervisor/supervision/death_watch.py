@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import first_line
+from ..failure import ErrorKind, classify_error
 from ..observability.log import get_logger
-from .failures import ErrorKind, classify_error
 
 __all__ = ["DeathNotice", "REWATCH_PAUSE_S", "acquire", "release", "watch", "notice_of", "unwatch", "replace_lost_watcher"]
 
@@ -66,7 +66,7 @@ class _Watcher:
             raise
         except Exception as exc:
             kind = classify_error(exc)
-            if kind in (ErrorKind.USER_ERROR, ErrorKind.OTHER):
+            if not kind.rank_failed:
                 # The call failed on its argument, not on the rank: the held object is lost. Say so
                 # (the supervisor watches again), and hold a new one.
                 self._never = None

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from ..core import gcs_outages
 from ..core.heartbeat import read_beats
 from ..errors import first_line
+from ..failure import ErrorKind
 from ..observability.log import get_logger
 from . import death_watch
 from .config import SupervisionConfig
-from .failures import ErrorKind, UnavailableClock, judge_death
+from .death_verdict import UnavailableClock, judge_death
 from .restart_policy import Failure, FailureReason
 
 if TYPE_CHECKING:

@@ -2,8 +2,10 @@
 
 Calls in flight (:mod:`.supervised_call`) ask the gate which incarnation of a rank may take a shard
 now, wait here while the group recovers, and report ranks that died or did not answer. The loop
-publishes the group's state and each rank's view here (under :attr:`CallGate.cond`) and takes the
-reports on its next pass.
+publishes its one :class:`~.plan.LoopState` here (under :attr:`CallGate.cond`), with the nodes the
+ranks were observed on, and takes the reports on its next pass. Everything published about a rank
+(:class:`~.states.RankStatus`: its state, generation, restarts, last failure, node) is read off
+those two: there is no second copy to keep in step.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from ..errors import GroupFailedError
 from .detection import Detected
+from .plan import LoopState
 from .restart_policy import Failure, FailureReason
 from .states import GroupState, RankStatus, WorkerState
 
@@ -27,14 +30,17 @@ class CallGate:
     def __init__(
         self,
         group_name: str,
-        ranks: list[RankStatus],
+        loop: LoopState,
+        nodes: list[str | None],
+        original_nodes: list[str | None],
         workers: Callable[[], list[Any]],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.group_name = group_name
         self.cond = threading.Condition()
-        self.ranks = ranks
-        self.group_state = GroupState.RUNNING
+        self.loop = loop  # the loop's state, as its last plan left it (replaced whole, under cond)
+        self.nodes = nodes  # the node each rank's current actor was last seen on
+        self.original_nodes = original_nodes  # the node each rank's bundle had at pool creation
         self.stopped = False
         self.failure: GroupFailedError | None = None
         self.reports: list[Detected] = []  # failures reported by calls, taken by the loop
@@ -45,11 +51,30 @@ class CallGate:
         self.clock = clock
 
     @property
+    def group_state(self) -> GroupState:
+        return self.loop.group
+
+    @property
     def state(self) -> GroupState:
         with self.cond:
             return (
                 GroupState.STOPPED if self.stopped and not self.group_state.is_terminal else self.group_state
             )
+
+    def status(self, rank: int) -> RankStatus:
+        """What is published about ``rank`` (a rank not running in a FAILED group is shown failed)."""
+        with self.cond:
+            view = self.loop.ranks[rank]
+            state = WorkerState.FAILED if self.loop.group is GroupState.FAILED and view.state is not WorkerState.RUNNING else view.state
+            return RankStatus(rank, state, view.generation, self.nodes[rank], self.original_nodes[rank], view.restarts, view.last_failure)
+
+    def statuses(self) -> list[RankStatus]:
+        with self.cond:
+            return [self.status(r) for r in range(len(self.loop.ranks))]
+
+    def generation(self, rank: int) -> int:
+        with self.cond:
+            return self.loop.ranks[rank].generation
 
     def acquire(self, rank: int) -> tuple[int, Any]:
         """Wait until the group is not recovering and ``rank`` runs; return ``(generation, actor)``.
@@ -75,13 +100,9 @@ class CallGate:
         """
         with self.cond:
             self._raise_if_terminal()
-            status = self.ranks[rank]
-            if (
-                self.group_state is GroupState.RUNNING
-                and status.state is WorkerState.RUNNING
-                and status.generation > newer_than
-            ):
-                return status.generation, self._workers()[rank]
+            view = self.loop.ranks[rank]
+            if self.group_state is GroupState.RUNNING and view.state is WorkerState.RUNNING and view.generation > newer_than:
+                return view.generation, self._workers()[rank]
             return None
 
     def wait_running(self) -> None:
@@ -133,9 +154,9 @@ class CallGate:
     def report_failure(self, rank: int, generation: int, reason: FailureReason, detail: str = "") -> None:
         """Tell the supervisor a rank failed (called by in-flight calls; duplicates are ignored)."""
         with self.cond:
-            if self.ranks[rank].generation != generation:
+            if self.loop.ranks[rank].generation != generation:
                 return  # already replaced
-            failure = Failure(rank, reason, detail, self.ranks[rank].node_id)
+            failure = Failure(rank, reason, detail, self.nodes[rank])
             self.reports.append(Detected(failure, generation, self.clock(), None))
             self.cond.notify_all()
 
@@ -149,9 +170,9 @@ class CallGate:
         deadline = None if timeout_s is None else self.clock() + timeout_s
         with self.cond:
             while True:
-                status = self.ranks[rank]
-                if status.generation > generation and status.state is WorkerState.RUNNING:
-                    return status.generation
+                view = self.loop.ranks[rank]
+                if view.generation > generation and view.state is WorkerState.RUNNING:
+                    return view.generation
                 self._raise_if_terminal()
                 remaining = None if deadline is None else deadline - self.clock()
                 if remaining is not None and remaining <= 0:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import tenacity
 
+from .restart_policy import FailureReason
+
 __all__ = ["InitOutcome", "InitPolicy", "RankAttempt", "InitPlan", "plan_next_round", "needs_new_rendezvous"]
 
 
@@ -41,6 +43,20 @@ class InitOutcome(enum.Enum):
     @property
     def ok(self) -> bool:
         return self is InitOutcome.OK
+
+    @property
+    def failure_reason(self) -> FailureReason:
+        """Why a rank whose init ended so is replaced (the ``reason`` of its restart)."""
+        return _FAILURE_REASON[self]
+
+
+_FAILURE_REASON = {
+    InitOutcome.OK: FailureReason.INIT_FAILED,  # never replaced for it; total for the type checker
+    InitOutcome.DIED: FailureReason.DIED,
+    InitOutcome.TIMED_OUT: FailureReason.HUNG,
+    InitOutcome.RAISED: FailureReason.INIT_FAILED,
+    InitOutcome.ABANDONED: FailureReason.HUNG,  # blocked in a rendezvous that cannot complete
+}
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,19 @@ from ..core.heartbeat import Beat, read_beats
 from ..core.worker import send_probe
 from ..core.zygote import NodeZygotes
 from ..errors import ActorStartError, SupervisorError, ray_error_line
+from ..failure import ErrorKind, classify_error
 from ..observability.hooks import LifecycleHooks, default_hooks
 from ..observability.log import get_logger
 from ..placement.layout import BundleRef
 from ..placement.pool import ResourcePool
 from ..placement.resource_wait import RESOURCE_TIMEOUT_S
-from .failures import ErrorKind, classify_error
 from .init_policy import InitOutcome, InitPolicy, RankAttempt, plan_next_round
+from .restart_policy import FailureReason
 
-__all__ = ["create_group", "adopt_group", "init_group", "InitGroupError", "ActorStartError", "ACTOR_START_TIMEOUT_S"]
+__all__ = [
+    "create_group", "adopt_group", "init_group", "run_init_round", "announce_rendezvous", "InitGroupError", "ActorStartError",
+    "ACTOR_START_TIMEOUT_S",
+]  # fmt: skip
 
 log = get_logger("lifecycle")
 
@@ -173,14 +177,14 @@ def adopt_group(
     for rank in sorted(problems):  # rank 0 first: its replacement picks the new rendezvous
         log.warning("adopted_worker_unresponsive", group=group.name, rank=rank, problem=problems[rank])
         group.replace_worker(rank)
-        hooks.on_worker_replaced(group.name, rank, "died")
+        hooks.on_worker_replaced(group.name, rank, FailureReason.DIED)
         new.add(rank)
     if 0 in new or master_addr is None:  # a new rank 0, or a rendezvous nobody recorded: give out the current one
         for rank in group.propagate_rendezvous(sorted(set(range(group.world_size)) - new)):
-            hooks.on_worker_replaced(group.name, rank, "died")
+            group.replace_worker(rank)
+            hooks.on_worker_replaced(group.name, rank, FailureReason.DIED)
             new.add(rank)
-        assert group._rendezvous is not None
-        hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
+        announce_rendezvous(group, hooks)
     try:
         group.rank_nodes = {**nodes, **_wait_started(group, actor_start_timeout_s, sorted(new))}
     except BaseException:
@@ -249,7 +253,7 @@ def _started_nodes(group: WorkerGroup, ranks: list[int], timeout_s: float) -> tu
     return nodes, problems
 
 
-def replace_ranks(group: WorkerGroup, ranks: list[int], reason: str, actor_start_timeout_s: float, hooks: LifecycleHooks) -> None:
+def replace_ranks(group: WorkerGroup, ranks: list[int], reason: FailureReason, actor_start_timeout_s: float, hooks: LifecycleHooks) -> None:
     """Fresh actors for ``ranks`` of an adopted group, each in its own bundle, started before this
     returns (their init has not run). A new rank 0 brings a new rendezvous; the caller gives it out."""
     for rank in sorted(ranks):  # rank 0 first: its replacement picks the rendezvous
@@ -281,7 +285,7 @@ def _classify(ref: Any, ready: bool, timeout_s: float) -> tuple[InitOutcome, str
         kind = classify_error(exc)
         if kind is ErrorKind.USER_ERROR:
             return InitOutcome.RAISED, ray_error_line(exc)
-        if kind is ErrorKind.OTHER:
+        if not kind.rank_failed:
             raise
         # Unreachable counts as dead here: the init's own timeout already bounds how long it may take.
         return InitOutcome.DIED, f"actor {'unreachable' if kind is ErrorKind.UNAVAILABLE else 'died'}: {ray_error_line(exc)}"
@@ -356,30 +360,28 @@ def init_group(
             sleep(plan.backoff_s)
             latest = {a.rank: a.outcome for a in history}
             for rank in plan.replace:  # rank 0 first: its replacement picks the new rendezvous
-                reason = _REPLACEMENT_REASON.get(latest.get(rank, InitOutcome.RAISED), "init_failed")
+                reason = latest.get(rank, InitOutcome.RAISED).failure_reason
                 group.replace_worker(rank, fork=False)  # a retry starts plainly: a fork may be what failed
                 hooks.on_worker_replaced(group.name, rank, reason)
             if plan.new_rendezvous:
-                assert group._rendezvous is not None
                 survivors = [r for r in range(world) if r not in plan.replace]
                 # A survivor that cannot even take the new rendezvous (dead or stuck) is replaced now
                 # rather than burning an init attempt on it.
                 for rank in group.propagate_rendezvous(survivors):
-                    hooks.on_worker_replaced(group.name, rank, "died")
-                hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
-        history += _run_round(group, plan.run, method, args, kwargs, policy, calls, hooks, collective)
+                    group.replace_worker(rank)
+                    hooks.on_worker_replaced(group.name, rank, FailureReason.DIED)
+                announce_rendezvous(group, hooks)
+        history += run_init_round(group, plan.run, method, args, kwargs, policy, calls, hooks, collective)
 
 
-# Replacement reasons use the fixed set of supervisor_worker_restarts_total{reason}.
-_REPLACEMENT_REASON = {
-    InitOutcome.DIED: "died",
-    InitOutcome.TIMED_OUT: "hung",
-    InitOutcome.RAISED: "init_failed",
-    InitOutcome.ABANDONED: "hung",  # blocked in a rendezvous that cannot complete
-}
+def announce_rendezvous(group: WorkerGroup, hooks: LifecycleHooks) -> None:
+    """Tell the hooks the rendezvous every rank now has (after rank 0 got a new one)."""
+    rendezvous = group.current_rendezvous
+    assert rendezvous is not None
+    hooks.on_rendezvous_changed(group.name, rendezvous.master_addr, rendezvous.master_port)
 
 
-def _run_round(
+def run_init_round(
     group: WorkerGroup,
     ranks: tuple[int, ...],
     method: str,
@@ -390,12 +392,16 @@ def _run_round(
     hooks: LifecycleHooks,
     collective: bool = False,
 ) -> list[RankAttempt]:
+    """One round of ``method`` on ``ranks`` at once, each call bounded by ``policy.timeout_s``; every
+    call's outcome, reported through ``hooks.on_init_attempt`` (``calls``: init calls per rank so
+    far, counted up here). In a ``collective`` round the first failure abandons the calls still
+    running. Replaces nothing: the caller decides what a failed rank gets."""
     import ray
 
     bundles, rank_nodes = group.rank_bundles, group.rank_nodes
     node_refs = {r: group.workers[r].node_info.remote() for r in ranks if r not in rank_nodes}
     started = time.monotonic()
-    refs = {group._remote(group.workers[r], method, args, kwargs): r for r in ranks}
+    refs = {group.call_actor(group.workers[r], method, args, kwargs): r for r in ranks}
     # Each call's outcome as it ends; in a collective round the first failure ends the round.
     ended: dict[Any, tuple[InitOutcome, str | None, float]] = {}
     pending = list(refs)
@@ -426,7 +432,7 @@ def _run_round(
     attempts: list[RankAttempt] = []
     for ref, rank in sorted(refs.items(), key=lambda kv: kv[1]):
         outcome, error, elapsed = ended[ref]
-        calls[rank] += 1
+        calls[rank] = calls.get(rank, 0) + 1
         bundle = bundles[rank] if rank < len(bundles) else None
         attempt = RankAttempt(
             rank=rank,

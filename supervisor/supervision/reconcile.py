@@ -10,12 +10,20 @@ Level-based: a plan records its own effects in the state it returns (a rank bein
 RESTARTING, an init in flight is owned by a task), so deciding again on that state with nothing new
 observed plans nothing twice.
 
-Recovery is split in two kinds of task so that the ranks of one failure recover side by side:
+A rank's recovery is one sequence of typed steps, each planned here and carried out by a task
+(:mod:`.recovery`) that reports back as an observation::
+
+    REPLACE (a task per rank)  ->  RENDEZVOUS -> INIT -> RESTORE (one task: an InitOrder)  ->  SERVE
 
 * a *replacement* per rank (wait for its bundle, start its actor): replacements overlap;
-* one *init* at a time over every rank whose actor is up (the init method is collective, and a new
-  rank 0 means a new rendezvous for every rank): it starts once no replacement is in flight, so the
-  ranks of one node loss initialise together.
+* one *init* at a time over every rank whose actor is up (:class:`InitOrder`, its steps in
+  :class:`RecoveryStep` order: the new rendezvous, one round of the init method, the state restore):
+  it starts once no replacement is in flight, so the ranks of one node loss initialise together.
+  The task runs one round and replaces nothing: a rank whose init failed (raised, hung, died, or
+  abandoned in a collective whose peer failed first) or that could not take the new rendezvous is
+  reported, and planned here like any failure (FAILED, its backoff, a replacement started plainly,
+  then the next round), until it runs out of ``init_policy.attempts`` and the group fails. The ranks
+  whose init succeeded wait for the others of their recovery and serve together.
 
 A stateful group (:class:`~supervisor.state.StateKind`) is one collective whose ranks hold state, so
 its init also re-forms the group: every live rank joins the init with a fresh rendezvous, and the
@@ -42,15 +50,34 @@ so it stays as short as the restart budget over a run of any length.
 from __future__ import annotations
 
 import dataclasses
-import enum
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from ..placement.standby import BundleRef, Replacement, ReplacementKind, plan_replacements
 from ..state.kinds import StateKind
 from .config import RECOVERY_RETRY_MIN_S, SupervisionConfig
 from .drain import DrainOutcome
+from .init_policy import InitOutcome
+from .observations import (
+    DrainSeen,
+    InitDone,
+    Observation,
+    PlacementSeen,
+    RankFailed,
+    ReplacementDone,
+    TaskCrashed,
+)
+from .plan import (
+    DrainNote,
+    InitOrder,
+    LoopState,
+    Plan,
+    RankMove,
+    RankView,
+    RecoveryStep,
+    StateRestore,
+    initial_state,
+)
 from .restart_policy import (
     Failure,
     FailureReason,
@@ -66,184 +93,8 @@ from .states import GroupState, WorkerState, check_group_transition, check_rank_
 __all__ = [
     "RankView", "LoopState", "RankFailed", "ReplacementDone", "InitDone", "PlacementSeen", "DrainSeen",
     "Observation", "RankMove", "InitOrder", "StateRestore", "DrainNote", "Plan", "decide", "initial_state",
+    "RecoveryStep", "TaskCrashed",
 ]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class RankView:
-    """What the loop knows of one rank.
-
-    Attributes:
-        failure: what the rank is being recovered from (None while it runs).
-        failed_at: when that failure was observed (loop clock).
-        not_before: FAILED: earliest start of its replacement (backoff).
-        charged: its replacements count against the budget (False: rebuilt because of another rank).
-        replaced: runs a new actor that has not served yet (its generation changes when it runs).
-        in_task: a recovery task owns the rank now (its replacement, or the init it is part of).
-        handover: its recovery is a hand-over (its node drains; its old actor runs until the successor serves).
-        drain_said: the outcome of its node's notice already reported for this actor (said once).
-    """
-
-    rank: int
-    state: WorkerState = WorkerState.RUNNING
-    failure: Failure | None = None
-    failed_at: float = 0.0
-    not_before: float = 0.0
-    charged: bool = True
-    replaced: bool = False
-    in_task: bool = False
-    handover: bool = False
-    drain_said: DrainOutcome | None = None
-
-
-@dataclass(frozen=True)
-class LoopState:
-    group: GroupState
-    ranks: tuple[RankView, ...]
-    history: tuple[RestartRecord, ...] = ()  # the restarts inside the restart window (older ones are dropped)
-    rendezvous_stale: bool = False  # rank 0 runs a new rendezvous that the other ranks have not learnt
-    init_running: bool = False
-    init_not_before: float = 0.0  # after a transient init error
-    failure: str | None = None
-    unsettled: frozenset[int] = frozenset()  # ranks not RUNNING (a pass over a large group looks at these only)
-    rollback_needed: bool = False  # a stateful group lost state no peer holds: the next init rolls back
-
-
-def initial_state(world_size: int, history: Sequence[RestartRecord] = ()) -> LoopState:
-    return LoopState(GroupState.RUNNING, tuple(RankView(r) for r in range(world_size)), tuple(history))
-
-
-# -- observations -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RankFailed:
-    """A running rank's current incarnation failed (the observer already dropped stale reports).
-    ``during_update``: a call that changes state (not idempotent) was running on the group."""
-
-    failure: Failure
-    during_update: bool = False
-
-
-@dataclass(frozen=True)
-class ReplacementDone:
-    """A replacement task ended: the actor is up (``error`` and ``fatal`` None), or it failed for a
-    transient reason (``error``: tried again), or for good (``fatal``: the group fails)."""
-
-    rank: int
-    error: str | None = None
-    fatal: str | None = None
-
-
-@dataclass(frozen=True)
-class InitDone:
-    """The init task ended. ``rebuilt``: ranks it had to replace itself (a survivor that could not take
-    the new rendezvous, an init that failed and was retried on a fresh actor), with why and how often."""
-
-    ranks: tuple[int, ...]
-    rebuilt: Mapping[int, tuple[FailureReason, int]] = field(default_factory=dict)
-    error: str | None = None
-    fatal: str | None = None
-
-
-@dataclass(frozen=True)
-class PlacementSeen:
-    """Where the group's bundles and ready standbys are now (for choosing where replacements go)."""
-
-    rank_bundles: Mapping[int, BundleRef]
-    bundle_nodes: Mapping[BundleRef, str | None]
-    standbys: Mapping[BundleRef, str]
-    free: tuple[BundleRef, ...]
-    starting: tuple[BundleRef, ...] = ()  # standbys not ready yet (successors on their way)
-
-
-@dataclass(frozen=True)
-class DrainSeen:
-    """Nodes being drained, and the ranks on them (observed on every pass while any drains).
-
-    Attributes:
-        ranks: each rank on a draining node (running or not: one being re-initialised is still there),
-            with its node's deadline (loop clock; None: none).
-        nodes: every draining node (no successor goes there).
-        at_boundary: no call of the group is in flight and new ones are held (a hand-over may start).
-        can_start_successors: standbys can be started for the group (a Worker subclass that created
-            its actors): a free spare bundle is then room for a successor.
-    """
-
-    ranks: Mapping[int, float | None]
-    nodes: frozenset[str]
-    at_boundary: bool = False
-    can_start_successors: bool = True
-
-
-Observation = RankFailed | ReplacementDone | InitDone | PlacementSeen | DrainSeen
-
-
-# -- the plan -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RankMove:
-    rank: int
-    source: WorkerState
-    target: WorkerState
-    failure: Failure | None  # the failure the rank is being recovered from
-    new_failure: bool = False  # the move records a failure just observed (not a retry)
-
-
-class StateRestore(enum.Enum):
-    """How a stateful group's state comes back after its init (NONE: a group without state)."""
-
-    NONE = "none"
-    PEER = "peer"  # copied from a live rank (taken before it re-initialises)
-    ROLLBACK = "rollback"  # every stateful group of the job goes back to the newest common snapshot
-    # Every rank keeps its own live state across the re-formation: a handed-over rank gets its
-    # predecessor's, a survivor its own, a replaced replica a live peer's (taken before the init).
-    LIVE = "live"
-
-
-@dataclass(frozen=True)
-class InitOrder:
-    """Run on ``ranks``: first the new rendezvous (``propagate``: to every rank but 0), then the init
-    method, then the state restore. ``fresh_rendezvous``: rank 0 lives on, yet the collective is
-    re-formed, so a new rendezvous is picked on its node and given to every rank. ``survivors``: the
-    ranks that ran until this init (a peer restore copies one of them first)."""
-
-    ranks: tuple[int, ...]
-    propagate: bool
-    run_init: bool
-    restore: StateRestore = StateRestore.NONE
-    fresh_rendezvous: bool = False
-    survivors: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class DrainNote:
-    """What became of the notice for one rank (reported once per rank and actor)."""
-
-    rank: int
-    outcome: DrainOutcome
-    detail: str
-
-
-@dataclass(frozen=True)
-class Plan:
-    state: LoopState  # the state once the plan is carried out
-    moves: tuple[RankMove, ...] = ()
-    restarts: tuple[RestartRecord, ...] = ()  # charged now (replacements started, ranks the init rebuilt)
-    replacements: tuple[Replacement, ...] = ()  # start these replacement tasks
-    init: InitOrder | None = None  # start this init task
-    serving: tuple[int, ...] = ()  # ranks that run again (they are watched again)
-    renewed: tuple[int, ...] = ()  # those of them that run a new actor (a new generation)
-    escalation: str | None = None  # the group is FAILED, because of this
-    wake_at: float | None = None  # the earliest backoff that ends (nothing is due before)
-    hold_calls: bool = False  # a hand-over waits for a call boundary: new calls wait until it starts
-    successors_wanted: int = 0  # standbys to start off the draining nodes for ranks to hand over
-    drain_notes: tuple[DrainNote, ...] = ()
-    handed_over: tuple[int, ...] = ()  # of ``renewed``: ranks whose successor took over from a drained node
-
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.moves or self.restarts or self.replacements or self.init or self.serving or self.escalation
-            or self.drain_notes
-        )
 
 
 def decide(state: LoopState, observations: Sequence[Observation], config: SupervisionConfig, now: float) -> Plan:
@@ -266,6 +117,8 @@ class _Planner:
         self.init_running = state.init_running
         self.init_not_before = state.init_not_before
         self.rollback_needed = state.rollback_needed
+        self.pending_restore = state.pending_restore
+        self.pending_survivors = state.pending_survivors
         self.kind = config.state.kind
         self.moves: list[RankMove] = []
         self.restarts: list[RestartRecord] = []
@@ -292,6 +145,8 @@ class _Planner:
                 self._replacement_done(obs)
             elif isinstance(obs, InitDone):
                 self._init_done(obs)
+            elif isinstance(obs, TaskCrashed):
+                self._task_crashed(obs)
             elif isinstance(obs, PlacementSeen):
                 self.placement = obs
             elif isinstance(obs, DrainSeen):
@@ -306,6 +161,8 @@ class _Planner:
             replacements += self._plan_hand_overs(self.drain, taken={r.bundle for r in replacements})
         if self.escalation is None:
             init = self._start_init()
+        if self.escalation is None and init is None:
+            self._serve_initialised()
         return self._finish(replacements, init)
 
     def _in(self, *states: WorkerState) -> list[int]:
@@ -316,6 +173,9 @@ class _Planner:
     def _move(self, rank: int, target: WorkerState, new_failure: bool = False, **changes: Any) -> None:
         view = self.ranks[rank]
         check_rank_transition(rank, view.state, target)
+        failure = changes.get("failure")
+        if target is WorkerState.FAILED and failure is not None:
+            changes["last_failure"] = f"{failure.reason.value}: {failure.detail}"
         updated = self.ranks[rank] = dataclasses.replace(view, state=target, **changes)
         if target is WorkerState.RUNNING:
             self.unsettled.discard(rank)
@@ -372,16 +232,8 @@ class _Planner:
         self.init_running = False
         for r in done.ranks:
             self._set(r, in_task=False)
-        # Ranks the init replaced run new actors (a new generation once they serve), and each
-        # replacement was a restart, whatever the outcome of the init.
-        for r in done.rebuilt:
-            self._set(r, replaced=True)
-        self._charge([RestartRecord(r, reason, self.now) for r, (reason, n) in sorted(done.rebuilt.items()) for _ in range(n)])
         if done.fatal is not None:
             self._escalate(done.fatal)
-            return
-        if not budget_allows(self.history, 0, self.policy, self.now):
-            self._escalate(self._budget_message(f"rank(s) {sorted(done.rebuilt)} were replaced again during their init"))
             return
         if done.error is not None:  # transient: the same ranks try again, each attempt a restart
             self.init_not_before = self.now + max(RECOVERY_RETRY_MIN_S, self.policy.backoff_s(2))
@@ -391,18 +243,67 @@ class _Planner:
                 return
             self._charge(charged)
             return
-        for r in done.ranks:
+        init_policy = self.config.init_policy
+        failed = [a for a in done.attempts if not a.outcome.ok]
+        for attempt in done.attempts:
+            counted = not attempt.outcome.ok and attempt.outcome is not InitOutcome.ABANDONED
+            view = self.ranks[attempt.rank]
+            self._set(attempt.rank, last_attempt=attempt, init_failures=view.init_failures + int(counted), init_done=attempt.outcome.ok)
+        exhausted = [a.rank for a in failed if self.ranks[a.rank].init_failures >= init_policy.attempts]
+        if exhausted:
+            self._escalate(self._init_exhausted(done, exhausted))
+            return
+        # One backoff for the round, on the highest attempt among its failed ranks (as init_group waits).
+        worst = max((self.ranks[a.rank].init_failures for a in failed), default=0)
+        not_before = self.now + (init_policy.backoff_s(worst) if failed else 0.0)
+        for attempt in failed:
+            failure = Failure(attempt.rank, attempt.outcome.failure_reason, attempt.error or attempt.outcome.value, attempt.node_id)
+            self._move(attempt.rank, WorkerState.FAILED, failure=failure, failed_at=self.now, charged=True, not_before=not_before, init_done=False, plain_start=True)
+        for r in done.unreachable:
             if self.ranks[r].state is WorkerState.INITIALIZING:
-                self._serve(r, replaced=self.ranks[r].replaced)
+                failure = Failure(r, FailureReason.DIED, "could not take the new rendezvous", None)
+                self._move(r, WorkerState.FAILED, failure=failure, failed_at=self.now, charged=True, not_before=self.now, init_done=False)
+        if not done.attempts and not done.unreachable:  # nothing to run (a rendezvous and a restore only)
+            for r in done.ranks:
+                if self.ranks[r].state is WorkerState.INITIALIZING:
+                    self._set(r, init_done=True)
+
+    def _init_exhausted(self, done: InitDone, exhausted: list[int]) -> str:
+        attempts = self.config.init_policy.attempts
+        latest = [v.last_attempt for v in self.ranks if v.last_attempt is not None and v.state is WorkerState.INITIALIZING]
+        lines = "; ".join(a.describe(attempts) for a in sorted(latest, key=lambda a: a.rank))
+        method = self.config.init_method or "init"
+        return f"replacement of rank(s) {list(done.ranks)} failed to initialise: {method}: rank(s) {sorted(exhausted)} out of attempts; {lines}"
+
+    def _task_crashed(self, crashed: TaskCrashed) -> None:
+        if crashed.task == "init":
+            self.init_running = False
+        for r in crashed.ranks:
+            self._set(r, in_task=False)
+        self._escalate(f"recovery task {crashed.task} of rank(s) {list(crashed.ranks)} crashed: {crashed.error}")
+
+    def _serve_initialised(self) -> None:
+        """The ranks of a recovery serve together, once every one of them initialised (and the state is back)."""
+        if not self.unsettled or self.init_running:
+            return
+        views = [self.ranks[r] for r in sorted(self.unsettled)]
+        if all(v.state is WorkerState.INITIALIZING and v.init_done and not v.in_task for v in views):
+            self.pending_restore, self.pending_survivors = None, ()
+            for v in views:
+                self._serve(v.rank, replaced=v.replaced)
 
     def _serve(self, rank: int, replaced: bool) -> None:
         view = self.ranks[rank]
         handover = view.handover
         # What was said of a notice stays said for the same actor (a survivor re-formed around a hand-over).
         drain_said = None if replaced else view.drain_said
-        self._move(rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True, handover=False, drain_said=drain_said)
+        self._move(
+            rank, WorkerState.RUNNING, failure=None, replaced=False, charged=True, handover=False, drain_said=drain_said,
+            init_done=False, init_failures=0, last_attempt=None, plain_start=False,
+        )  # fmt: skip
         self.serving.append(rank)
         if replaced:
+            self._set(rank, generation=view.generation + 1)
             self.renewed.append(rank)
             if handover:
                 self.handed_over.append(rank)
@@ -432,8 +333,10 @@ class _Planner:
         self._charge(charged)
         seen = self.placement
         plan = plan_replacements(due, seen.rank_bundles, seen.bundle_nodes, seen.standbys, seen.free, self.config.standby_reach)
+        # A rank whose init failed starts plainly, in its own bundle or a spare (a fork, or the standby, may be what failed).
+        plan = [dataclasses.replace(r, fork=False) if self.ranks[r.rank].plain_start else r for r in plan]
         for replacement in plan:
-            self._move(replacement.rank, WorkerState.RESTARTING, in_task=True)
+            self._move(replacement.rank, WorkerState.RESTARTING, in_task=True, restarts=self.ranks[replacement.rank].restarts + 1)
         return plan
 
     def _plan_hand_overs(self, seen: DrainSeen, taken: set[BundleRef]) -> list[Replacement]:
@@ -491,8 +394,8 @@ class _Planner:
     def _start_init(self) -> InitOrder | None:
         if self.init_running or self.now < self.init_not_before or self._in(WorkerState.RESTARTING):
             return None  # one init at a time; the ranks of one failure initialise together
-        waiting = [r for r in self._in(WorkerState.INITIALIZING) if not self.ranks[r].in_task]
-        if not waiting:
+        waiting = [r for r in self._in(WorkerState.INITIALIZING) if not self.ranks[r].in_task and not self.ranks[r].init_done]
+        if not waiting and not (self.rendezvous_stale and self._in(WorkerState.INITIALIZING)):
             return None
         run_init = self.config.init_method is not None
         handing_over = any(self.ranks[r].handover for r in waiting)
@@ -508,11 +411,14 @@ class _Planner:
                     self._move(view.rank, WorkerState.INITIALIZING)
             waiting = [r for r in self._in(WorkerState.INITIALIZING) if not self.ranks[r].in_task]
         for r in waiting:
-            self._set(r, in_task=True)
-        order = InitOrder(tuple(waiting), propagate=self.rendezvous_stale, run_init=run_init)
+            self._set(r, in_task=True, init_done=False)
+        order = InitOrder(tuple(waiting), propagate=self.rendezvous_stale, run_init=run_init, prior_calls=self._prior_calls(waiting))
         self.rendezvous_stale = False
         self.init_running = True
         return order
+
+    def _prior_calls(self, ranks: Sequence[int]) -> tuple[int, ...]:
+        return tuple(a.attempt if (a := self.ranks[r].last_attempt) is not None else 0 for r in ranks)
 
     def _start_stateful_init(self, waiting: list[int], run_init: bool) -> InitOrder:
         # The collective re-forms: every live rank leaves RUNNING and joins this init.
@@ -521,11 +427,19 @@ class _Planner:
             self._move(r, WorkerState.INITIALIZING)
         ranks = self._in(WorkerState.INITIALIZING)
         for r in ranks:
-            self._set(r, in_task=True)
-        rank_zero_new = 0 not in survivors
+            self._set(r, in_task=True, init_done=False)
+        # A rank 0 whose new actor has not run an init picked its rendezvous at creation; any other
+        # re-formation picks a fresh one on rank 0's node (stale peers may still reach the old port).
+        rank_zero_new = self.ranks[0].replaced and self.ranks[0].last_attempt is None
+        retry = self.pending_restore is not None  # a round of this re-formation failed: restore as planned then
         if not self.kind.stateful:
             restore = StateRestore.NONE  # a collective without state re-forms around a hand-over
-        elif self.rollback_needed or not (survivors or any(self.ranks[r].handover for r in ranks)):
+        elif self.rollback_needed:
+            restore = StateRestore.ROLLBACK
+        elif retry:
+            assert self.pending_restore is not None
+            restore, survivors = self.pending_restore, list(self.pending_survivors)
+        elif not (survivors or any(self.ranks[r].handover for r in ranks)):
             restore = StateRestore.ROLLBACK
         elif any(self.ranks[r].handover for r in ranks):
             restore = StateRestore.LIVE
@@ -533,8 +447,9 @@ class _Planner:
             restore = StateRestore.PEER
         order = InitOrder(
             tuple(ranks), propagate=True, run_init=run_init, restore=restore,
-            fresh_rendezvous=not rank_zero_new, survivors=tuple(survivors),
+            fresh_rendezvous=not rank_zero_new, survivors=tuple(survivors), recapture=not retry, prior_calls=self._prior_calls(ranks),
         )  # fmt: skip
+        self.pending_restore, self.pending_survivors = restore, tuple(survivors)
         self.rendezvous_stale = False
         self.rollback_needed = False
         self.init_running = True
@@ -554,7 +469,7 @@ class _Planner:
             backoffs.append(self.init_not_before)
         state = LoopState(
             target, tuple(self.ranks), tuple(self.history), self.rendezvous_stale, self.init_running, self.init_not_before,
-            self.escalation, frozenset(self.unsettled), self.rollback_needed,
+            self.escalation, frozenset(self.unsettled), self.rollback_needed, self.pending_restore, self.pending_survivors,
         )  # fmt: skip
         return Plan(
             state, tuple(self.moves), tuple(self.restarts), tuple(replacements), init, tuple(self.serving), tuple(self.renewed),

@@ -2,10 +2,11 @@
 
 A :class:`ReplacementTask` puts one rank's new actor in place (a standby takes over, or a fresh actor
 goes into a spare bundle or, once Ray has re-placed it, the rank's own bundle) and waits until the
-actor answers. An :class:`InitTask` gives the ranks of a recovery the new rendezvous and runs the init
-method on them. Each returns its outcome as an observation (:mod:`.reconcile`); an error is judged
-here, once (:func:`~supervisor.transient.is_transient`): transient ones are retried by the loop and
-charged to the restart budget, others fail the group.
+actor answers. An :class:`InitTask` carries out the steps of an :class:`~.reconcile.InitOrder` (the
+new rendezvous, one round of the init method, the state restore) and replaces nothing. Each returns
+its outcome as an observation (:mod:`.reconcile`), which the planner acts on; an error is judged
+here, once (:func:`~.failures.is_transient`): transient ones are retried by the loop and charged to
+the restart budget, others fail the group.
 
 :class:`TaskRunner` owns the threads: it reports each outcome to the loop, and :meth:`TaskRunner.stop`
 tells every task to stop and joins them.
@@ -21,18 +22,26 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.worker import send_probe
 from ..errors import StateLostError, SupersededError, first_line, ray_error_line
+from ..failure import is_transient
 from ..observability.log import get_logger
 from ..placement.standby import Replacement, ReplacementKind
 from .config import SupervisionConfig
-from .failures import is_transient
-from .lifecycle import InitGroupError, init_group
-from .reconcile import InitDone, InitOrder, Observation, ReplacementDone, StateRestore
-from .restart_policy import FailureReason
+from .init_policy import RankAttempt
+from .lifecycle import announce_rendezvous, run_init_round
+from .reconcile import (
+    InitDone,
+    InitOrder,
+    Observation,
+    RecoveryStep,
+    ReplacementDone,
+    StateRestore,
+    TaskCrashed,
+)
 
 if TYPE_CHECKING:
     from ..core.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
-    from ..state.domain import CapturedPeer, StateDomain
+    from ..state.domain import StateDomain
 
 __all__ = ["TaskRunner", "ReplacementTask", "InitTask", "RecoveryStopped", "BundleWaiter"]
 
@@ -53,15 +62,20 @@ class TaskRunner:
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
 
-    def start(self, name: str, task: Callable[[], Observation]) -> None:
+    def start(self, name: str, task: Callable[[], Observation], ranks: tuple[int, ...] = ()) -> None:
+        """Run ``task`` on a thread of its own; its outcome goes to ``report``. A task that raises (a
+        bug) is reported as :class:`TaskCrashed` for ``ranks``, the ranks it owns: the loop fails
+        the group loudly instead of leaving them in recovery forever."""
+
         def run() -> None:
+            outcome: Observation
             try:
                 outcome = task()
             except RecoveryStopped:
                 return
-            except BaseException:  # a bug in a task: fail loudly through the loop, never hang it
+            except Exception as exc:  # a bug in a task: fail loudly through the loop, never hang it
                 log.exception("recovery_task_crashed", group=self.group_name, task=name)
-                raise
+                outcome = TaskCrashed(name, ranks, f"{type(exc).__name__}: {exc}")
             finally:
                 with self._lock:
                     self._threads.pop(name, None)
@@ -108,9 +122,10 @@ class BundleWaiter:
 
         started = time.monotonic()
         next_report = started + 5.0
+        pgs = self.group.placement_groups
         while True:
             try:
-                states = {i: placement_group_table(self.group._pgs[i]).get("state") for i in pg_indexes}
+                states = {i: placement_group_table(pgs[i]).get("state") for i in pg_indexes}
             except Exception as exc:  # transient GCS error: look again next round
                 states = {i: f"unknown ({type(exc).__name__})" for i in pg_indexes}
             if all(s == "CREATED" for s in states.values()):
@@ -203,15 +218,18 @@ class ReplacementTask:
                 rank=rank,
                 bundle=str(replacement.bundle),
             )
-            return group.replace_worker(rank, bundle=replacement.bundle)
+            return group.replace_worker(rank, bundle=replacement.bundle, fork=replacement.fork)
         self.bundles.wait([group.rank_bundles[rank].pg_index])
-        return group.replace_worker(rank)
+        return group.replace_worker(rank, fork=replacement.fork)
 
 
 @dataclass
 class InitTask:
-    """Give ``order.ranks`` the new rendezvous (when rank 0 changed) and run the init method on them;
-    then, for a stateful group, restore the state (:class:`StateRestore`) before any of them serves."""
+    """Carry out an :class:`InitOrder`'s steps on ``order.ranks``, in order (:attr:`InitOrder.steps`):
+    capture the state a restore will load, give out the new rendezvous, run one round of the init
+    method, restore the state. It replaces nothing: a rank that cannot take the rendezvous, or whose
+    init fails, ends the task with that outcome (:class:`InitDone`), and the planner decides what
+    the rank gets. ``carried``: what an earlier round of the same recovery captured."""
 
     order: InitOrder
     group: WorkerGroup
@@ -219,67 +237,73 @@ class InitTask:
     hooks: LifecycleHooks
     runner: TaskRunner
     state: StateDomain | None = None
+    carried: Any = None
 
     def __call__(self) -> InitDone:
-        group, cfg, order = self.group, self.config, self.order
-        # Every actor this task replaces (a rank that cannot take the new rendezvous, an init that
-        # failed and runs again on a fresh actor, init_group's own rendezvous fallout) is a restart.
-        hooks = _CountingHooks(self.hooks)
+        order = self.order
+        captured: Any = self.carried
+        attempts: list[RankAttempt] = []
         try:
-            captured: Any = None
-            if order.restore is StateRestore.PEER:
-                captured = self._capture_peer()
-            elif order.restore is StateRestore.LIVE:
-                assert self.state is not None
-                captured = self.state.capture_live(group, list(order.ranks), list(order.survivors))
-            if order.fresh_rendezvous:  # rank 0 lives on, the collective re-forms: a port never used before
-                group._pick_new_rendezvous(rank_zero=group.workers[0])
-                group.propagate_rendezvous([0])
-            if order.propagate:
-                for r in group.propagate_rendezvous([r for r in order.ranks if r != 0]):
-                    hooks.on_worker_replaced(group.name, r, FailureReason.DIED.value)
-                assert group._rendezvous is not None
-                hooks.on_rendezvous_changed(group.name, group._rendezvous.master_addr, group._rendezvous.master_port)
-            if order.run_init and cfg.init_method:
-                init_group(
-                    group, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, hooks,  # type: ignore[arg-type]
-                    sleep=self.runner.sleep, ranks=list(order.ranks), kill_on_failure=False,
-                    rejoin_new_rank_zero=cfg.rejoin_new_rank_zero, collective=cfg.collective,
-                )  # fmt: skip
-            self._restore(captured)
-            return InitDone(order.ranks, hooks.rebuilt())
+            for step in order.steps:
+                if step is RecoveryStep.CAPTURE:
+                    captured = self._capture()
+                elif step is RecoveryStep.RENDEZVOUS:
+                    unreachable = self._give_rendezvous()
+                    if unreachable:
+                        return InitDone(order.ranks, unreachable=tuple(unreachable), carried=captured)
+                elif step is RecoveryStep.INIT:
+                    attempts = self._init_round()
+                    if not all(a.outcome.ok for a in attempts):
+                        return InitDone(order.ranks, attempts=tuple(attempts), carried=captured)
+                elif step is RecoveryStep.RESTORE:
+                    self._restore(captured)
+            return InitDone(order.ranks, attempts=tuple(attempts))
         except RecoveryStopped:
             raise
         except SupersededError:
             raise RecoveryStopped() from None
         except StateLostError as exc:  # never a silent re-initialisation: the group fails, saying why
-            return InitDone(order.ranks, hooks.rebuilt(), fatal=str(exc))
-        except InitGroupError as exc:
-            return InitDone(
-                order.ranks,
-                hooks.rebuilt(),
-                fatal=f"replacement of rank(s) {list(order.ranks)} failed to initialise: {exc}",
-            )
+            return InitDone(order.ranks, fatal=str(exc))
         except Exception as exc:
             if is_transient(exc):
-                return InitDone(order.ranks, hooks.rebuilt(), error=first_line(exc))
-            return InitDone(
-                order.ranks,
-                hooks.rebuilt(),
-                fatal=f"init of rank(s) {list(order.ranks)} failed: {type(exc).__name__}: {exc}",
-            )
+                return InitDone(order.ranks, error=first_line(exc), carried=captured)
+            return InitDone(order.ranks, fatal=f"init of rank(s) {list(order.ranks)} failed: {type(exc).__name__}: {exc}")
 
+    def _capture(self) -> Any:
+        # Before any rank re-initialises: the survivors' state is the one to copy.
+        order, group, state = self.order, self.group, self.state
+        assert state is not None
+        if order.restore is StateRestore.LIVE:
+            return state.capture_live(group, list(order.ranks), list(order.survivors))
+        survivors = list(order.survivors)
+        return state.capture_peer(group, survivors, [r for r in order.ranks if r not in survivors])
 
-    def _capture_peer(self) -> CapturedPeer | None:
-        # Before the survivors re-initialise: their state is the one to copy.
-        assert self.state is not None
-        survivors = list(self.order.survivors)
-        targets = [r for r in self.order.ranks if r not in survivors]
-        return self.state.capture_peer(self.group, survivors, targets)
+    def _give_rendezvous(self) -> list[int]:
+        """The ranks that could not take the new rendezvous (dead or stuck)."""
+        group, order = self.group, self.order
+        if order.fresh_rendezvous:  # rank 0 lives on, the collective re-forms: a port never used before
+            group.pick_new_rendezvous(rank_zero=group.workers[0])
+            unreachable = group.propagate_rendezvous([0])
+            if unreachable:
+                return unreachable
+        if order.propagate:
+            unreachable = group.propagate_rendezvous([r for r in order.ranks if r != 0])
+            announce_rendezvous(group, self.hooks)  # the others have it; the unreachable get it as new actors
+            return unreachable
+        return []
+
+    def _init_round(self) -> list[RankAttempt]:
+        cfg, order = self.config, self.order
+        assert cfg.init_method is not None
+        calls = dict(zip(order.ranks, order.prior_calls or (0,) * len(order.ranks), strict=True))
+        return run_init_round(
+            self.group, order.ranks, cfg.init_method, cfg.init_args, cfg.init_kwargs, cfg.init_policy, calls, self.hooks,
+            collective=cfg.collective,
+        )  # fmt: skip
 
     def _restore(self, captured: Any) -> None:
         order, group = self.order, self.group
-        if order.restore is StateRestore.NONE or self.state is None or self.state.untrained:
+        if self.state is None or self.state.untrained:
             return
         cause = _cause(group, order)
         if order.restore is StateRestore.LIVE:
@@ -299,28 +323,6 @@ class InitTask:
 def _cause(group: WorkerGroup, order: InitOrder) -> str:
     replaced = [r for r in order.ranks if r not in order.survivors]
     return f"rank(s) {replaced} of group {group.name} replaced" if replaced else f"group {group.name} re-formed"
-
-
-class _CountingHooks:
-    """The hooks an init task reports through, counting the actors it replaced (each one a restart)."""
-
-    def __init__(self, hooks: LifecycleHooks) -> None:
-        self._hooks = hooks
-        self._replaced: list[tuple[int, FailureReason]] = []
-
-    def on_worker_replaced(self, group: str, rank: int, reason: str) -> None:
-        self._replaced.append((rank, FailureReason(reason)))
-        self._hooks.on_worker_replaced(group, rank, reason)
-
-    def rebuilt(self) -> dict[int, tuple[FailureReason, int]]:
-        """``{rank: (reason of its last replacement, replacements)}``."""
-        out: dict[int, tuple[FailureReason, int]] = {}
-        for rank, reason in self._replaced:
-            out[rank] = (reason, out.get(rank, (reason, 0))[1] + 1)
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._hooks, name)
 
 
 def _ask_node(handle: Any, timeout_s: float, what: str, runner: TaskRunner) -> str:

@@ -20,6 +20,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..failure import FailureReason  # the rule's input; defined with the classification
+
 __all__ = [
     "RestartStrategy", "FailureReason", "RestartPolicy", "Failure", "RestartRecord", "within_window",
     "restarts_in_window", "budget_allows", "consecutive_restarts", "budget_message", "prune_to_window",
@@ -29,16 +31,6 @@ __all__ = [
 class RestartStrategy(enum.Enum):
     ONE_FOR_ONE = "one_for_one"
     ONE_FOR_ALL = "one_for_all"
-
-
-class FailureReason(enum.Enum):
-    """Why a rank is replaced (the ``reason`` label of ``supervisor_worker_restarts_total``)."""
-
-    DIED = "died"  # the actor process died (SIGKILL, OOM kill, os._exit, ray.kill)
-    HUNG = "hung"  # alive, but a call did not answer within its timeout, or its heartbeat stopped
-    NODE_LOST = "node_lost"  # its node was removed or died
-    INIT_FAILED = "init_failed"  # its replacement failed to initialise
-    DRAINED = "drained"  # its node is being drained: handed over to a successor (never charged, never a failure)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from ..core.worker import Worker
 from ..core.zygote import check_preload_names, runtime_env_problem
 from ..errors import ConfigError, first_line, ray_error_line
+from ..failure import ErrorKind
 from ..observability.log import get_logger
 from ..placement.standby import BundleRef, free_bundles, standby_bundles
 from . import death_watch
 from .config import STANDBY_FAILURE_LIMIT, SupervisionConfig
-from .failures import ErrorKind
 
 if TYPE_CHECKING:
     from ..core.group import Standby, WorkerGroup

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RolledBack, WorkerFailedError, first_line
+from ..failure import ErrorKind, classify_error
 from ..observability.log import get_logger
-from .failures import ErrorKind, UnavailableClock, classify_error
+from .death_verdict import UnavailableClock
 from .in_flight_policy import InFlightPolicy, resolve_in_flight_policy
 from .restart_policy import FailureReason
 
@@ -206,7 +207,7 @@ class _SupervisedCall:
             kind = classify_error(exc)
             if kind is ErrorKind.UNAVAILABLE:
                 self._unavailable(rank, generation, first_line(exc))
-            elif kind in (ErrorKind.DIED, ErrorKind.INIT_FAILED):
+            elif kind.rank_failed:
                 self._rank_failed(rank, generation, FailureReason.DIED, first_line(exc))
             elif self.domain is not None:
                 self.errors[rank] = (generation, exc)  # judged once every rank's outcome is in

@@ -47,6 +47,7 @@ from .reconcile import (
     decide,
     initial_state,
 )
+from .record_sink import NO_RECORD, RecordSink
 from .recovery import BundleWaiter, InitTask, ReplacementTask, TaskRunner
 from .restart_policy import FailureReason, RestartRecord, restarts_in_window
 from .standbys import StandbyKeeper
@@ -75,6 +76,8 @@ class GroupSupervisor:
         state_domain: the job's :class:`~supervisor.state.StateDomain`, shared by its stateful groups
             so a rollback takes all of them back together (a daemon passes its own). Default, for a
             stateful group: one of its own, whose keepers end with :meth:`stop`.
+        record: where the loop writes the group's state through at every change, before anyone sees
+            it (the daemon's record; :data:`~.record_sink.NO_RECORD`: nowhere).
 
     Use :meth:`start` to supervise in a background thread (owned by this object and stopped by
     :meth:`stop`); from then on the group's blocking calls go through :mod:`supervisor.supervision.supervised_call`.
@@ -90,24 +93,20 @@ class GroupSupervisor:
         restart_history: list[RestartRecord] | None = None,
         rank_restarts: dict[int, int] | None = None,
         state_domain: StateDomain | None = None,
+        record: RecordSink = NO_RECORD,
     ) -> None:
         self.group = group
         self.config = config or SupervisionConfig()
         self.hooks = hooks if hooks is not None else default_hooks()
         self.clock = clock
-        self._loop: LoopState = initial_state(group.world_size, restart_history or [])
+        self.record = record
         self.standby = StandbyKeeper(group, self.config, self.hooks, clock)
         original = self._original_nodes()
-        ranks = [
-            RankStatus(
-                rank=r,
-                node_id=group.rank_nodes.get(r),
-                original_node=original.get(r),
-                restarts=(rank_restarts or {}).get(r, 0),
-            )
-            for r in range(group.world_size)
-        ]
-        self.gate = CallGate(group.name, ranks, lambda: group.workers, clock)
+        world = range(group.world_size)
+        # The one record of the group's supervision: the loop replaces it with each plan's state.
+        loop = initial_state(group.world_size, restart_history or [], rank_restarts)
+        nodes, originals = [group.rank_nodes.get(r) for r in world], [original.get(r) for r in world]
+        self.gate = CallGate(group.name, loop, nodes, originals, lambda: group.workers, clock)
         self._deferred: list[Detected] = []  # reports about ranks under an init, judged once they run again
         self._finished: list[Observation] = []  # outcomes of recovery tasks
         self._failed_at: dict[
@@ -118,6 +117,7 @@ class GroupSupervisor:
         self._draining_seen: set[str] = set()  # draining nodes of this group's ranks already announced
         self._drains_active = False  # the last pass saw ranks of this group on draining nodes
         self._handover_started: dict[int, tuple[float, str | None]] = {}  # rank -> (started, node it leaves)
+        self._carried: object = None  # what a failed init round captured for its recovery's restore
         self._published_budget: tuple[int, int] | None = None  # (in window, allowed) the hooks last got
         self._tasks = TaskRunner(group.name, self._task_finished)
         self._bundles = BundleWaiter(group, self.config, self._tasks, self._report_bundle_wait)
@@ -143,13 +143,13 @@ class GroupSupervisor:
 
     def ranks(self) -> list[RankStatus]:
         with self.gate.cond:
-            return [RankStatus(**vars(r)) for r in self.gate.ranks]
+            return self.gate.statuses()
 
     def drift(self) -> list[RankPlacement]:
         """Per-rank placement: bundle node at pool creation vs the node the rank runs on now."""
         with self.gate.cond:
             return compute_drift(
-                {r.rank: r.original_node for r in self.gate.ranks}, {r.rank: r.node_id for r in self.gate.ranks}
+                dict(enumerate(self.gate.original_nodes)), dict(enumerate(self.gate.nodes))
             )
 
     def standby_nodes(self) -> dict[BundleRef, str]:
@@ -162,7 +162,7 @@ class GroupSupervisor:
 
     def restart_history(self) -> list[RestartRecord]:
         with self.gate.cond:
-            return list(self._loop.history)
+            return list(self.gate.loop.history)
 
     def recovery_tasks(self) -> list[str]:
         """Names of the recovery tasks running now."""
@@ -178,12 +178,12 @@ class GroupSupervisor:
         self.group.supervisor = self
         self.group.call_runner = SupervisedCallRunner(self)
         self.group.state_domain = self.state_domain
-        self.group.on_rendezvous_picked = lambda rendezvous: self.hooks.on_supervision_changed(self.group.name)
+        self.group.on_rendezvous_picked = lambda rendezvous: self.record_changed()
         self.standby.adopt()  # adopted from an earlier supervisor: check they are alive
         self.standby.publish()
-        for status in self.gate.ranks:
-            self._detector.watch(status.rank, status.generation)
-        self._publish_worker_states(self._loop)
+        for view in self.gate.loop.ranks:
+            self._detector.watch(view.rank, view.generation)
+        self._publish_worker_states(self.gate.loop)
         self._publish_budget()
         self.hooks.on_drift_state(
             self.group.name, sum(1 for p in self.drift() if p.drifted)
@@ -223,14 +223,19 @@ class GroupSupervisor:
             if self._owns_domain:
                 self.state_domain.close()
 
+    def record_changed(self) -> None:
+        """Write the group's state through to the owner's record now (the loop does at every change;
+        an owner that changed the supervision settings does too)."""
+        self.record.write_through(self.group.name)
+
     def generation(self, rank: int) -> int:
         with self.gate.cond:
-            return self.gate.ranks[rank].generation
+            return self.gate.generation(rank)
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            while not self._stop.is_set() and not self._loop.group.is_terminal:
+            while not self._stop.is_set() and not self.gate.loop.group.is_terminal:
                 self.step(self.config.poll_interval_s)
         except BaseException as exc:  # the supervisor itself broke: fail loudly, never silently stop
             log.exception("supervisor_crashed", group=self.group.name)
@@ -240,7 +245,7 @@ class GroupSupervisor:
         """One pass: observe for up to ``timeout_s``, decide, execute. Returns the plan carried out."""
         observations = self._observe(timeout_s)
         with self.gate.cond:
-            state = self._loop
+            state = self.gate.loop
         plan = decide(state, observations, self.config, self.clock())
         self._execute(plan, observations)
         self._publish_budget()
@@ -279,13 +284,13 @@ class GroupSupervisor:
             reports, self.gate.reports = self.gate.reports, []
             finished, self._finished = self._finished, []
             for rank, node in detector.node_updates.items():
-                self.gate.ranks[rank].node_id = node
+                self.gate.nodes[rank] = node
             detector.node_updates.clear()
         observations: list[Observation] = []
         seen: set[int] = set()
         for d in reports + detected:  # reports from calls first: they carry the call's view (e.g. hung)
             rank = d.failure.rank
-            status = self.gate.ranks[rank]
+            status = self.gate.loop.ranks[rank]
             if rank in seen or d.generation != status.generation:
                 continue
             if status.state is WorkerState.RUNNING:
@@ -298,7 +303,8 @@ class GroupSupervisor:
         drain = self._drain_seen()
         if drain is not None:
             observations.append(drain)
-        if observations or any(self._loop.ranks[r].state is WorkerState.FAILED for r in self._loop.unsettled):
+        loop = self.gate.loop
+        if observations or any(loop.ranks[r].state is WorkerState.FAILED for r in loop.unsettled):
             observations.append(self._placement())
         return observations
 
@@ -309,7 +315,7 @@ class GroupSupervisor:
         on_drain: dict[int, str | None] = {}
         if nodes:
             with self.gate.cond:
-                on_drain = {s.rank: s.node_id for s in self.gate.ranks if s.node_id in nodes}
+                on_drain = {r: n for r, n in enumerate(self.gate.nodes) if n in nodes}
         if not on_drain and not self._drains_active:
             return None  # no rank of this group on a draining node: nothing to plan, no placement to read
         self._drains_active = bool(on_drain)  # one more pass once none is: what was said is forgotten
@@ -366,11 +372,12 @@ class GroupSupervisor:
         now = self.clock()
         self._log_transitions(plan)
         for note in plan.drain_notes:
-            hooks.on_drain_outcome(group.name, note.rank, self.gate.ranks[note.rank].node_id, note.outcome.value, note.detail)
-        rebuilt = {r: n for obs in observations if isinstance(obs, InitDone) for r, (_, n) in obs.rebuilt.items()}
+            hooks.on_drain_outcome(group.name, note.rank, self.gate.nodes[note.rank], note.outcome, note.detail)
         for obs in observations:
             if isinstance(obs, ReplacementDone):
                 self._reserved.pop(obs.rank, None)
+            elif isinstance(obs, InitDone):  # a failed round's capture serves the next round of its recovery
+                self._carried = None if obs.complete else obs.carried
         # What the plan changes, announced before anyone can observe a new generation.
         for move in plan.moves:
             if move.target is WorkerState.FAILED and move.source is WorkerState.RUNNING:
@@ -381,7 +388,7 @@ class GroupSupervisor:
                         None if died_at is None else max(0.0, time.time() - died_at - (now - detected_at))
                     )
                     hooks.on_worker_failed(
-                        group.name, move.rank, move.failure.reason.value, move.failure.detail, detection
+                        group.name, move.rank, move.failure.reason, move.failure.detail, detection
                     )
                 else:
                     self._failed_at[move.rank] = (now, None)
@@ -394,13 +401,13 @@ class GroupSupervisor:
                 )
         for replacement in plan.replacements:
             if replacement.handover:  # not a restart: no restart metric, no count
-                self._handover_started[replacement.rank] = (now, self.gate.ranks[replacement.rank].node_id)
+                self._handover_started[replacement.rank] = (now, self.gate.nodes[replacement.rank])
                 log.info("hand_over_started", group=group.name, rank=replacement.rank, standby=str(replacement.bundle))
                 continue
             view = plan.state.ranks[replacement.rank]
-            reason = view.failure.reason.value if view.failure else FailureReason.DIED.value
+            reason = view.failure.reason if view.failure else FailureReason.DIED
             hooks.on_worker_replaced(group.name, replacement.rank, reason)
-        nodes = {r: group.rank_nodes.get(r, self.gate.ranks[r].node_id) for r in plan.renewed}
+        nodes = {r: group.rank_nodes.get(r, self.gate.nodes[r]) for r in plan.renewed}
         for r in plan.handed_over:
             started, left = self._handover_started.pop(r, (now, None))
             self._failed_at.pop(r, None)
@@ -415,42 +422,26 @@ class GroupSupervisor:
                 if died_at is not None:
                     recovery = max(recovery, time.time() - died_at)
                 hooks.on_worker_recovered(group.name, r, recovery)
-            placement = RankPlacement(r, self.gate.ranks[r].original_node, nodes[r])
+            placement = RankPlacement(r, self.gate.original_nodes[r], nodes[r])
             if placement.drifted:
                 hooks.on_placement_drift(
                     group.name, r, placement.original_node or "", placement.current_node or ""
                 )
         self._publish_worker_states(plan.state)
         if plan.renewed:
-            current = {r.rank: r.node_id for r in self.gate.ranks} | nodes
-            hooks.on_drift_state(group.name, count_drifted({r.rank: r.original_node for r in self.gate.ranks}, current))
+            current = dict(enumerate(self.gate.nodes)) | nodes
+            hooks.on_drift_state(group.name, count_drifted(dict(enumerate(self.gate.original_nodes)), current))
         if plan.escalation is not None:
             self.gate.failure = GroupFailedError(f"group {group.name} FAILED: {plan.escalation}")
-        with self.gate.cond:
-            self._loop = plan.state
-            self.gate.group_state = plan.state.group
-            for move in plan.moves:
-                status = self.gate.ranks[move.rank]
-                status.state = move.target
-                if move.target is WorkerState.FAILED and move.failure is not None:
-                    status.last_failure = f"{move.failure.reason.value}: {move.failure.detail}"
-            for replacement in plan.replacements:
-                if not replacement.handover:
-                    self.gate.ranks[replacement.rank].restarts += 1
-            for r, n in rebuilt.items():
-                self.gate.ranks[r].restarts += n
+        with self.gate.cond:  # the plan's state becomes what calls see, in one step
+            self.gate.loop = plan.state
             for r in plan.renewed:
-                self.gate.ranks[r].generation += 1
-                self.gate.ranks[r].node_id = nodes[r]
-            if plan.escalation is not None:
-                for status in self.gate.ranks:
-                    if status.state is not WorkerState.RUNNING:
-                        status.state = WorkerState.FAILED
+                self.gate.nodes[r] = nodes[r]
             self.gate.hold_new_calls = plan.hold_calls  # the hand-overs it starts make the group RECOVERING
             self.gate.cond.notify_all()
         # Persisted before any task acts on it: a daemon killed from here on finds, on restart, which
         # ranks are not initialised.
-        hooks.on_supervision_changed(group.name)
+        self.record_changed()
         for r in plan.handed_over:  # the successor serves: its predecessor's part is over
             group.end_predecessor(r)
         if plan.escalation is not None:
@@ -463,18 +454,21 @@ class GroupSupervisor:
         if plan.init is not None:
             for r in plan.init.ranks:
                 self._detector.forget(r)
-            self._tasks.start("init", InitTask(plan.init, group, self.config, hooks, self._tasks, self.state_domain))
+            carried = None if plan.init.recapture else self._carried
+            task = InitTask(plan.init, group, self.config, hooks, self._tasks, self.state_domain, carried)
+            self._tasks.start("init", task, plan.init.ranks)
         for r in plan.serving:
-            self._detector.watch(r, self.gate.ranks[r].generation)
+            self._detector.watch(r, self.gate.generation(r))
         self._requeue_deferred(plan.serving)
 
     def _log_transitions(self, plan: Plan) -> None:
         for move in plan.moves:
             reason = move.failure.reason.value if move.failure is not None else None
             log.info("rank_state", group=self.group.name, rank=move.rank, source=move.source.value, target=move.target.value, reason=reason)
-        if plan.state.group is not self._loop.group:
-            log.info("group_state", group=self.group.name, source=self._loop.group.value, target=plan.state.group.value)
-            self.hooks.on_group_state(self.group.name, self._loop.group.value, plan.state.group.value)
+        previous = self.gate.loop.group
+        if plan.state.group is not previous:
+            log.info("group_state", group=self.group.name, source=previous.value, target=plan.state.group.value)
+            self.hooks.on_group_state(self.group.name, previous, plan.state.group)
 
     def _start_replacement(self, replacement: Replacement) -> None:
         rank = replacement.rank
@@ -484,7 +478,7 @@ class GroupSupervisor:
         elif replacement.kind is ReplacementKind.SPARE_BUNDLE:
             self._reserved[rank] = replacement.bundle
         task = ReplacementTask(replacement, self.group, self.config, self.hooks, self._bundles)
-        self._tasks.start(f"replace-{rank}", task)
+        self._tasks.start(f"replace-{rank}", task, (rank,))
 
     def _requeue_deferred(self, serving: tuple[int, ...]) -> None:
         if not self._deferred:
@@ -497,54 +491,48 @@ class GroupSupervisor:
     def _fail_group(self, message: str) -> None:
         error = GroupFailedError(f"group {self.group.name} FAILED: {message}")
         with self.gate.cond:
-            if self._loop.group.is_terminal:
+            if self.gate.loop.group.is_terminal:
                 return
-            previous = self._loop.group
-            self._loop = dataclasses.replace(self._loop, group=GroupState.FAILED, failure=message)
-            self.gate.group_state = GroupState.FAILED
+            previous = self.gate.loop.group
+            self.gate.loop = dataclasses.replace(self.gate.loop, group=GroupState.FAILED, failure=message)
             self.gate.failure = error
-            for status in self.gate.ranks:
-                if status.state is not WorkerState.RUNNING:
-                    status.state = WorkerState.FAILED
             self.gate.cond.notify_all()
         self._tasks.stopping.set()
-        self.hooks.on_group_state(self.group.name, previous.value, GroupState.FAILED.value)
+        self.hooks.on_group_state(self.group.name, previous, GroupState.FAILED)
         self.hooks.on_group_failed(self.group.name, str(error))
-        self._publish_worker_states(self._loop, failed_group=True)
+        self._publish_worker_states(self.gate.loop, failed_group=True)
 
     def _publish_budget(self) -> None:
         # Every pass, since restarts also leave the window as time passes; the hook only on a change.
         policy = self.config.restart
         with self.gate.cond:
-            budget = (restarts_in_window(self._loop.history, policy, self.clock()), policy.max_restarts)
+            budget = (restarts_in_window(self.gate.loop.history, policy, self.clock()), policy.max_restarts)
         if budget != self._published_budget:
             self._published_budget = budget
             self.hooks.on_restart_budget(self.group.name, *budget)
 
     def _publish_worker_states(self, state: LoopState, failed_group: bool = False) -> None:
-        counts = {s.value: 0 for s in WorkerState}
+        counts = dict.fromkeys(WorkerState, 0)
         for view in state.ranks:
-            target = (
-                WorkerState.FAILED if failed_group and view.state is not WorkerState.RUNNING else view.state
-            )
-            counts[target.value] += 1
+            target = WorkerState.FAILED if failed_group and view.state is not WorkerState.RUNNING else view.state
+            counts[target] += 1
         self.hooks.on_worker_states(self.group.name, counts)
         current = GroupState.FAILED if failed_group else state.group
-        self.hooks.on_group_states(self.group.name, {g.value: int(g is current) for g in GroupState})
+        self.hooks.on_group_states(self.group.name, {g: int(g is current) for g in GroupState})
 
     # -- helpers --------------------------------------------------------------------------------
     def _running_generations(self) -> dict[int, int]:
         with self.gate.cond:
-            return {s.rank: s.generation for s in self.gate.ranks if s.state is WorkerState.RUNNING}
+            return {v.rank: v.generation for v in self.gate.loop.ranks if v.state is WorkerState.RUNNING}
 
     def _initialised_ranks(self) -> list[int]:
         """Ranks whose actor ran its init: running, or a survivor re-initialising (not a fresh replacement)."""
         with self.gate.cond:
-            views = self._loop.ranks
+            views = self.gate.loop.ranks
         return [v.rank for v in views if v.state is WorkerState.RUNNING or (v.state is WorkerState.INITIALIZING and not v.replaced)]
 
     def _node_of(self, rank: int) -> str | None:
-        return self.gate.ranks[rank].node_id
+        return self.gate.nodes[rank]
 
     def _report_bundle_wait(self, waited_s: float) -> None:
         # The same diagnosis as create_group's wait: what is missing and which placement groups hold it.
@@ -552,7 +540,7 @@ class GroupSupervisor:
         if pool is None:
             return
         try:
-            diagnosis = diagnose(pool.demand(), read_snapshot(), {pg.id.hex() for pg in self.group._pgs})
+            diagnosis = diagnose(pool.demand(), read_snapshot(), {pg.id.hex() for pg in self.group.placement_groups})
         except Exception:  # diagnosis is best effort; the wait goes on
             return
         self.hooks.on_resource_wait_progress(pool.name_prefix, waited_s, diagnosis)

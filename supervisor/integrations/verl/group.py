@@ -42,6 +42,7 @@ from ...placement.layout import BundleRef
 from ...state.kinds import StateConfig, StateKind
 from ...supervision.config import SupervisionConfig
 from ...supervision.lifecycle import create_group
+from ...supervision.record_sink import NO_RECORD
 from ...supervision.restart_policy import RestartStrategy
 from ...supervision.states import WorkerState
 from ...supervision.supervised_call import InFlightPolicy
@@ -413,7 +414,8 @@ class SupervisedRayWorkerGroup:
                 # Never a silent re-initialisation: a lost rank of these roles fails the group, saying so.
                 config = dataclasses.replace(config, state=StateConfig(kind=StateKind.SHARDED, lost_hint=verl_lost_hint(trained)))
             self._init_timeout_s = config.init_policy.timeout_s
-            self.supervisor = GroupSupervisor(group, config, hooks).start()
+            record = host.record if host is not None else NO_RECORD
+            self.supervisor = GroupSupervisor(group, config, hooks, record=record).start()
             if trained and self.supervisor.state_domain is not None and config.state.lost_hint:
                 self.supervisor.state_domain.count_updates("update")
             stop_at_exit(self.supervisor)
@@ -479,7 +481,7 @@ class SupervisedRayWorkerGroup:
                     log.info("verl_group_strategy", group=group.name, strategy="one_for_all", why="process group formed by init")
                 supervisor.config = config
         if changes:
-            supervisor.hooks.on_supervision_changed(group.name)
+            supervisor.record_changed()
 
     # -- verl's surface -------------------------------------------------------------------------
     @property

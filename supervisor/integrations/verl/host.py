@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ...fencing import Fence
     from ...observability.hooks import LifecycleHooks
     from ...supervision.config import SupervisionConfig
+    from ...supervision.record_sink import RecordSink
     from ...supervision.supervisor import GroupSupervisor
 
 __all__ = ["GroupSettings", "HostedGroup", "GroupHost", "set_host_factory", "current_host", "made_host"]
@@ -56,7 +57,8 @@ class GroupHost(Protocol):
 
     name: str  # the supervisor's name: pools are named ``pool_prefix_of(name, pool)``, actors live in ``namespace_of(name)``
     fence: Fence  # every destructive action of the groups goes through it
-    hooks: LifecycleHooks  # feeds the record, the failure log and the metrics
+    hooks: LifecycleHooks  # feeds the failure log, the events and the metrics
+    record: RecordSink  # every supervisor of the host writes its groups' state through it
 
     def pool_name(self, requested: str) -> str:
         """A pool name under this supervisor for a pool verl calls ``requested`` (unique in the host)."""

@@ -1,9 +1,5 @@
-"""One failure classifier: what a Ray error, or a call that did not answer, says about a rank, and
-which errors of a recovery step are transient.
-
-Detection (death watches, heartbeats), supervised calls, recovery tasks, ``init_group`` and adoption all ask
-here, so they agree on what is a death, a hang, a lost node, a failed constructor, or only a rank
-that cannot be reached for now.
+"""What a death or a silence means: the verdict on a rank whose death watch fired, and how long an
+unreachable rank is given before it counts as hung. (What an error *is* is :mod:`supervisor.failure`'s.)
 
 * ``ActorUnavailableError``: unreachable, not known dead (a partition, a busy raylet). Transient for
   at most ``probe_timeout_s`` (:class:`UnavailableClock`), then a hang.
@@ -12,44 +8,16 @@ that cannot be reached for now.
   (:func:`judge_death`): a death the GCS has not recorded yet, on a node it still calls alive, is
   usually a node being lost, so it is judged again until the GCS knows, for at most
   ``probe_timeout_s``.
-* A ``RayTaskError`` is the user's exception from the method: not a failure of the rank.
-
-A recovery step talks to the GCS and to actors that are being created: a name Ray has not released
-yet, a placement group still being re-placed, a GCS that answers late, an actor that dies while it
-starts. None of these says the group cannot run (:func:`is_transient`): they are retried with backoff
-and charged to the restart budget; an exhausted budget fails the group.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from ..errors import ActorStartError
-from .restart_policy import FailureReason
+from ..failure import ErrorKind, FailureReason
 
-__all__ = ["ErrorKind", "classify_error", "DeathVerdict", "judge_death", "UnavailableClock", "is_transient"]
-
-
-class ErrorKind(enum.Enum):
-    UNAVAILABLE = "unavailable"  # unreachable for now; maybe alive
-    DIED = "died"  # the process is gone
-    INIT_FAILED = "init_failed"  # its constructor raised
-    USER_ERROR = "user_error"  # the method raised: the rank is fine
-    OTHER = "other"  # not an actor error (a GCS or object-store error)
-
-
-def classify_error(exc: BaseException) -> ErrorKind:
-    import ray
-
-    if isinstance(exc, ray.exceptions.ActorUnavailableError):
-        return ErrorKind.UNAVAILABLE
-    if isinstance(exc, ray.exceptions.RayActorError):
-        return ErrorKind.INIT_FAILED if getattr(exc, "actor_init_failed", False) else ErrorKind.DIED
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        return ErrorKind.USER_ERROR
-    return ErrorKind.OTHER
+__all__ = ["DeathVerdict", "judge_death", "UnavailableClock"]
 
 
 @dataclass(frozen=True)
@@ -114,19 +82,3 @@ class UnavailableClock:
     def forget(self, predicate: Callable[[object], bool]) -> None:
         for key in [k for k in self._since if predicate(k)]:
             del self._since[key]
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for errors a later attempt of the same recovery step may not meet."""
-    import ray
-
-    transient: tuple[type[BaseException], ...] = (
-        TimeoutError,  # a name not released, bundles not re-placed, a rendezvous probe unanswered (and Ray's GetTimeoutError)
-        ConnectionError,
-        ActorStartError,  # the new actor died or did not come up in time
-        ray.exceptions.RayActorError,
-        ray.exceptions.RpcError,
-        ray.exceptions.RaySystemError,
-        ray.exceptions.ObjectLostError,
-    )
-    return isinstance(exc, transient)
