@@ -16,8 +16,8 @@ from clusters import connected_cluster
 from supervised_workers import RolloutWorker, SlowInitWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
-from supervisor.core.heartbeat import wait_for_beat
 from supervisor.core.protocol import DataProto
+from supervisor.core.worker.actor_heartbeat import wait_for_beat
 from supervisor.observability.hooks import ObservingHooks
 from supervisor.observability.metrics import REGISTRY
 from supervisor.supervision import (

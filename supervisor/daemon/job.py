@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import gcs_outages
-from ..core.group import WorkerGroup
-from ..core.zygote import NodeZygotes
+from ..core.group import gcs_outages
+from ..core.group.group import WorkerGroup
+from ..core.worker.zygote import NodeZygotes
 from ..errors import SupersededError, SupervisorError, first_line
 from ..observability.hooks import ObservingHooks
 from ..observability.log import get_logger

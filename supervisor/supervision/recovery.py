@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.worker import send_probe
+from ..core.worker.worker_base import send_probe
 from ..errors import StateLostError, SupersededError, first_line, ray_error_line
 from ..observability.log import get_logger
 from ..placement.standby import Replacement, ReplacementKind
@@ -30,7 +30,7 @@ from .reconcile import InitDone, InitOrder, Observation, ReplacementDone, StateR
 from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
-    from ..core.group import WorkerGroup
+    from ..core.group.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
     from ..state.domain import CapturedPeer, StateDomain
 

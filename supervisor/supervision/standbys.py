@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.worker import Worker
-from ..core.zygote import check_preload_names, runtime_env_problem
+from ..core.worker.worker_base import Worker
+from ..core.worker.zygote import check_preload_names, runtime_env_problem
 from ..errors import ConfigError, first_line, ray_error_line
 from ..observability.log import get_logger
 from ..placement.standby import BundleRef, free_bundles, standby_bundles
@@ -17,7 +17,7 @@ from .config import STANDBY_FAILURE_LIMIT, SupervisionConfig
 from .failures import ErrorKind
 
 if TYPE_CHECKING:
-    from ..core.group import Standby, WorkerGroup
+    from ..core.group.group import Standby, WorkerGroup
     from ..observability.hooks import LifecycleHooks
 
 __all__ = ["StandbyKeeper", "check_standby_config"]
