@@ -102,7 +102,7 @@ def beat_load(gcs_pid: int, ranks: int, seconds: float, reps: int, senders: int 
     """The GCS side of ``ranks`` ranks' heartbeats (see the module's docstring)."""
     from ray.experimental import internal_kv
 
-    from supervisor.core.heartbeat import (
+    from supervisor.core.worker.actor_heartbeat import (
         HEARTBEAT_NAMESPACE,
         HEARTBEAT_PERIOD_S,
         Beat,

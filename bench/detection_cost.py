@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.detection_cost [--reps 300] [--kills 10]
 
-Our ranks are plain actors with a heartbeat thread (supervisor.core.heartbeat), and their deaths are
+Our ranks are plain actors with a heartbeat thread (supervisor.core.worker.actor_heartbeat), and their deaths are
 seen by a call a watcher queues and never sends (supervisor.supervision.death_watch). The design
 before it held a sentinel call in a concurrency group of its own and probed in another, and any
 concurrency group makes Ray run every call of the actor on a thread pool. Measured here, on one local
@@ -29,7 +29,7 @@ EARLIER_GROUPS = {"sentinel": 1, "probe": 1}
 
 def _rank_class() -> type:
     """The actors' class, defined here so Ray ships it by value (workers need not import bench)."""
-    from supervisor.core.worker import SupervisedEndpoints
+    from supervisor.core.worker.worker_base import SupervisedEndpoints
 
     class Rank(SupervisedEndpoints):
         _rank = 0

@@ -200,7 +200,7 @@ def _kill_one(name: str, rng: random.Random) -> bool:
     """SIGKILL the process of a random rank; False when no rank can be found now."""
     import ray
 
-    from supervisor.core.heartbeat import wait_for_beat
+    from supervisor.core.worker.actor_heartbeat import wait_for_beat
 
     ranks = _live_ranks(name)
     if not ranks:

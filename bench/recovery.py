@@ -20,7 +20,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, init_group, register
-from supervisor.core.heartbeat import wait_for_beat
+from supervisor.core.worker.actor_heartbeat import wait_for_beat
 from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.observability.hooks import ObservingHooks
 from supervisor.supervision import GroupSupervisor, SupervisionConfig

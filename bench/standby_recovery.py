@@ -36,7 +36,7 @@ from supervisor import (
     init_group,
     register,
 )
-from supervisor.core.heartbeat import wait_for_beat
+from supervisor.core.worker.actor_heartbeat import wait_for_beat
 from supervisor.daemon.local_cluster import LocalCluster
 from supervisor.supervision import GroupSupervisor, SupervisionConfig
 from supervisor.supervision.init_policy import InitPolicy

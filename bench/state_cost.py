@@ -138,7 +138,7 @@ def kill_and_time(target: Supervised, rank: int, expect_step: int) -> float:
     The first call after the kill fails on the dead rank and is re-run once the group is back (it is
     idempotent); a rollback is announced once, by a :class:`RolledBack` from the next call.
     """
-    from supervisor.core.heartbeat import wait_for_beat
+    from supervisor.core.worker.actor_heartbeat import wait_for_beat
     from supervisor.errors import RolledBack
 
     group, sup = target.group, target.sup

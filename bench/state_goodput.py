@@ -368,7 +368,7 @@ class SupervisedJob(_Loop):
             return rolled_back.step
 
     def victim(self, rank: int) -> Proc | None:
-        from supervisor.core.heartbeat import wait_for_beat
+        from supervisor.core.worker.actor_heartbeat import wait_for_beat
 
         try:
             return Proc.of(wait_for_beat(self.group.workers[rank], timeout_s=0.5).pid)

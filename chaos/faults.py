@@ -49,7 +49,7 @@ def actor_ids(record: Any) -> dict[str, str]:
     workers forked from the old ones run on."""
     import ray
 
-    from supervisor.core.zygote import keeper_prefix
+    from supervisor.core.worker.zygote import keeper_prefix
     from supervisor.daemon.ownership import find_owned
 
     out = {}

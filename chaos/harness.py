@@ -384,7 +384,7 @@ def rank_actor(record: Any, group: str, rank: int) -> tuple[str, Any]:
 
 def actor_pid(handle: Any, timeout_s: float = 10.0) -> int:
     """The process id of a supervised actor, from its heartbeat (there even while it runs a call)."""
-    from supervisor.core.heartbeat import wait_for_beat
+    from supervisor.core.worker.actor_heartbeat import wait_for_beat
 
     return wait_for_beat(handle, timeout_s).pid
 

@@ -150,7 +150,7 @@ def _read_answer(proc: subprocess.Popen[str], who: str) -> dict[str, str]:
 
 def _rank_env(rank: int, world_size: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RLHF_FAULT_DIR"}  # no fault hook in the reference
-    # The worker's identity contract (supervisor.core.env); the child sets MASTER_PORT to its group's.
+    # The worker's identity contract (supervisor.core.worker.env); the child sets MASTER_PORT to its group's.
     env.update(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),

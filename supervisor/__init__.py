@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core.actor_class import ClassWithInitArgs as ClassWithInitArgs
-from .core.colocate import create_colocated_worker_cls as create_colocated_worker_cls
-from .core.decorator import register as register
-from .core.dispatch import make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn
-from .core.dispatch import register_dispatch_mode as register_dispatch_mode
-from .core.dispatch import update_dispatch_mode as update_dispatch_mode
-from .core.group import WorkerGroup as WorkerGroup
-from .core.modes import Dispatch as Dispatch
-from .core.modes import Execute as Execute
-from .core.worker import Worker as Worker
+from .core.group.actor_class import ClassWithInitArgs as ClassWithInitArgs
+from .core.group.colocate import create_colocated_worker_cls as create_colocated_worker_cls
+from .core.group.dispatch import (
+    make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn,
+)
+from .core.group.dispatch import register_dispatch_mode as register_dispatch_mode
+from .core.group.dispatch import update_dispatch_mode as update_dispatch_mode
+from .core.group.group import WorkerGroup as WorkerGroup
+from .core.worker.dispatch_modes import Dispatch as Dispatch
+from .core.worker.dispatch_modes import Execute as Execute
+from .core.worker.registration import register as register
+from .core.worker.worker_base import Worker as Worker
 from .errors import ClusterUnavailableError as ClusterUnavailableError
 from .errors import ConfigError as ConfigError
 from .errors import DispatchError as DispatchError

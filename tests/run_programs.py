@@ -28,7 +28,7 @@ def group(out: Path, exit_code: int) -> int:
     from supervisor import ClassWithInitArgs, GroupSupervisor, ResourcePool, create_group
     from supervisor.daemon.ownership import namespace_of, pool_prefix_of
     from supervisor.integrations.verl.host import HostedGroup
-    from supervisor.run.host import RunHost
+    from supervisor.run.run_host import RunHost
 
     ray.init()  # RAY_ADDRESS, from the run
     host = RunHost.from_environment()
@@ -74,7 +74,7 @@ def sigterm(out: Path) -> int:
 def host_and_die(out: Path) -> int:
     import ray
 
-    from supervisor.run.host import RunHost
+    from supervisor.run.run_host import RunHost
 
     ray.init()
     RunHost.from_environment()

@@ -1,4 +1,4 @@
-"""A standby's CPU priority (supervisor/core/cpu_priority.py): every thread lowered and restored, and
+"""A standby's CPU priority (supervisor/core/worker/cpu_priority.py): every thread lowered and restored, and
 not lowered at all where it could not be restored. Each case runs in a process of its own (a nice
 value, once raised, is this process's for good without CAP_SYS_NICE), with real threads."""
 

@@ -569,7 +569,7 @@ def test_every_ending_tears_down_with_the_right_exit_code(cluster, daemons, tmp_
 
 
 def test_two_supervisors_stop_and_gc_touch_only_their_own(cluster, daemons, tmp_path):
-    from supervisor.core.heartbeat import read_beats
+    from supervisor.core.worker.actor_heartbeat import read_beats
 
     a = daemons(write_spec(tmp_path, "sv-a"), "sv-a")
     b_spec = write_spec(tmp_path, "sv-b", grace_s=8.0)  # each CLI call below takes a second or two

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.cli.events import EventRow, events_document, render_events, select_events
+from supervisor.cli.events_command import EventRow, events_document, render_events, select_events
 from supervisor.daemon.events import (
     MAX_MESSAGE_CHARS,
     Event,

@@ -16,7 +16,7 @@ def test_all_names_resolve():
 
 def test_importing_the_worker_side_does_not_import_torch():
     code = (
-        "import sys; import supervisor, supervisor.core.worker, supervisor.compat.verl.single_controller.base; "
+        "import sys; import supervisor, supervisor.core.worker.worker_base, supervisor.compat.verl.single_controller.base; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -35,7 +35,7 @@ def test_the_daemon_and_the_cli_import_neither_torch_nor_tensordict():
     modules = [
         "supervisor.cli.commands", "supervisor.cli.status", "supervisor.cli.doctor", "supervisor.daemon.daemon",
         "supervisor.daemon.startup", "supervisor.daemon.fence", "supervisor.daemon.spec", "supervisor.supervision",
-        "supervisor.core.group", "supervisor.core.binding",
+        "supervisor.core.group.group", "supervisor.core.group.binding",
     ]  # fmt: skip
     code = f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; print(sorted({{'torch', 'tensordict'}} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

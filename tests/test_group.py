@@ -25,8 +25,8 @@ from supervisor import (
     merge_resource_pool,
     split_resource_pool,
 )
-from supervisor.core.dispatch import DISPATCH_MODE_FN_REGISTRY, register_dispatch_mode
-from supervisor.core.modes import Dispatch
+from supervisor.core.group.dispatch import DISPATCH_MODE_FN_REGISTRY, register_dispatch_mode
+from supervisor.core.worker.dispatch_modes import Dispatch
 
 
 @pytest.fixture(scope="module")

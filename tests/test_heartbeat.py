@@ -15,7 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor import ClassWithInitArgs, Dispatch, ResourcePool, Worker, create_group, register
-from supervisor.core.heartbeat import HEARTBEAT_PERIOD_S, Beat, read_beats, stale_beats, wait_for_beat
+from supervisor.core.worker.actor_heartbeat import (
+    HEARTBEAT_PERIOD_S,
+    Beat,
+    read_beats,
+    stale_beats,
+    wait_for_beat,
+)
 from supervisor.failure import ErrorKind
 from supervisor.supervision import death_watch
 from supervisor.supervision.detection import BeatClock
@@ -218,7 +224,7 @@ def test_gc_removes_the_beats_of_actors_that_are_gone_and_only_those(group, ray_
 
 class _Beating:
     def __init__(self) -> None:
-        from supervisor.core.heartbeat import start_heartbeat
+        from supervisor.core.worker.actor_heartbeat import start_heartbeat
 
         start_heartbeat(lambda: 0)
 

@@ -291,7 +291,7 @@ def test_strategy_keyword_overrides_the_runtime_default(ray_cluster):
 def test_verl_modes_are_read_as_ours_unless_verl_serves_them_with_other_functions():
     from verl.single_controller.base import decorator as vd
 
-    from supervisor.core.modes import Dispatch, Execute
+    from supervisor.core.worker.dispatch_modes import Dispatch, Execute
     from supervisor.errors import ConfigError
     from supervisor.integrations.verl.modes import read_verl_method_spec
 
@@ -595,8 +595,8 @@ def test_fused_roles_are_supervised_and_a_replacement_replays_every_roles_setup_
     from verl.single_controller.ray import base as verl_base
 
     from supervisor.integrations.verl import SupervisedRayResourcePool, SupervisedRayWorkerGroup
-    from supervisor.integrations.verl.group import _worker_class_label
     from supervisor.integrations.verl.roles import SupervisedRoleGroup
+    from supervisor.integrations.verl.supervised_group import _worker_class_label
     from supervisor.supervision.restart_policy import RestartStrategy
 
     roles, _ = _colocated_roles()
@@ -692,7 +692,7 @@ def test_the_seed_job_runs_unmodified_on_supervised_groups_after_install(ray_clu
         """,
         ray_cluster,
     )
-    assert "supervisor.integrations.verl.group.SupervisedRayWorkerGroup, world_size=2" in out
+    assert "supervisor.integrations.verl.supervised_group.SupervisedRayWorkerGroup, world_size=2" in out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == ["step 1", "step 2", "step 3"]
     assert "complete=False" not in out and out.rstrip().endswith("done")
 

@@ -4,11 +4,16 @@ Every import counts: module-level, function-level and annotation-only (``if TYPE
 
 * the graph has no cycle;
 * no module of ``supervisor/core/`` imports ``supervisor/supervision/`` (supervision fills core's
-  seams, e.g. :mod:`supervisor.core.call_runner`, instead);
+  seams, e.g. :mod:`supervisor.core.group.call_runner`, instead);
 * every layer imports only the layers :data:`MAY_IMPORT` lists for it (the table the subpackages'
   docstrings state), and every entry of the table is used;
+* inside ``core``, every sub-layer (its subpackages ``protocol``, ``worker``, ``group`` and its
+  top-level modules) imports only what :data:`CORE_MAY_IMPORT` lists (the table the subpackages'
+  docstrings state), and every entry of it is used;
 * no module is longer than :data:`MAX_LINES` (a few modules outside core are listed as known to be
-  longer: splitting them is left to their owners).
+  longer: splitting them is left to their owners);
+* no module file name is used twice in the package (``__init__.py`` aside), so a name says which
+  module it is.
 
 Each check has a self-test showing it can fail.
 """
@@ -43,13 +48,25 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cli": {"core", "daemon", "errors", "observability", "placement", "run", "supervision", "version"},
 }  # fmt: skip
 
+# Inside core: sub-layer -> what it may import. A sub-layer is a subpackage of core (``protocol``) or
+# a top-level module of it (``state_tree``); an entry names sub-layers of core and layers outside it.
+# The batch protocol is shared by both sides of a call and needs neither; a rank's code never
+# imports the driver's side; the driver's side uses both.
+CORE_MAY_IMPORT: dict[str, set[str]] = {
+    "": set(),
+    "state_tree": set(),
+    "protocol": {"errors"},
+    "worker": {"state_tree", "errors", "observability"},
+    "group": {"protocol", "worker", "errors", "fencing", "observability", "placement"},
+}
+
 MAX_LINES = 600
 # Longer than MAX_LINES, outside core: known, to be split by their owners (no module of core may be here).
 KNOWN_LONG = {
     "supervisor.cli.commands",
     "supervisor.daemon.kv",
     "supervisor.daemon.spec",
-    "supervisor.integrations.verl.group",
+    "supervisor.integrations.verl.supervised_group",
     "supervisor.placement.pool",
     "supervisor.state.domain",
 }
@@ -162,6 +179,50 @@ def _unused_entries(graph: dict[str, set[str]], table: dict[str, set[str]]) -> l
     )
 
 
+def _core_sublayer(module: str) -> str | None:
+    """The sub-layer of core ``module`` is in (``""`` for core's own ``__init__``), None outside core."""
+    parts = module.split(".")
+    return (parts[2] if len(parts) > 2 else "") if _in(module, "supervisor.core") else None
+
+
+def _core_edges(graph: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """core's sub-layer -> {imported sub-layer of core, or layer outside it: the module edges that make it}."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for module, targets in graph.items():
+        if (sub := _core_sublayer(module)) is None:
+            continue
+        for target in targets:
+            to = _core_sublayer(target)
+            to = _layer(target) if to is None else to
+            if to != sub:
+                out.setdefault(sub, {}).setdefault(to, []).append(f"{module} -> {target}")
+    return out
+
+
+def _core_violations(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        edge
+        for sub, imported in _core_edges(graph).items()
+        for target, edges in imported.items()
+        if target not in table.get(sub, set())
+        for edge in edges
+    )
+
+
+def _core_unused_entries(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    edges = _core_edges(graph)
+    return sorted(f"{sub} -> {t}" for sub, targets in table.items() for t in targets if t not in edges.get(sub, {}))
+
+
+def _repeated_file_names(paths: list[Path]) -> dict[str, list[str]]:
+    """File name -> the paths that use it, for every name (but ``__init__.py``) more than one path uses."""
+    by_name: dict[str, list[str]] = {}
+    for path in paths:
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(path.as_posix())
+    return {name: sorted(ps) for name, ps in by_name.items() if len(ps) > 1}
+
+
 def _too_long(lengths: dict[str, int], limit: int, known: set[str]) -> list[str]:
     return sorted(
         f"{m}: {n} lines"
@@ -186,6 +247,21 @@ def test_layers_import_only_what_the_table_allows():
     assert set(MAY_IMPORT) == {_layer(m) for m in graph}, "every layer has an entry"
     assert _layer_violations(graph, MAY_IMPORT) == []
     assert _unused_entries(graph, MAY_IMPORT) == [], "the table says more than the code does"
+
+
+def test_core_sublayers_import_only_what_the_table_allows():
+    graph = _graph()
+    subs = {s for m in graph if (s := _core_sublayer(m)) is not None}
+    assert {"protocol", "worker", "group"} <= subs
+    assert set(CORE_MAY_IMPORT) == subs, "every sub-layer of core has an entry"
+    assert _core_violations(graph, CORE_MAY_IMPORT) == []
+    assert _core_unused_entries(graph, CORE_MAY_IMPORT) == [], "the table says more than the code does"
+
+
+def test_no_module_file_name_is_used_twice():
+    paths = [p.relative_to(PACKAGE.parent) for p in PACKAGE.rglob("*.py")]
+    assert len(paths) > 100
+    assert _repeated_file_names(paths) == {}
 
 
 def test_modules_are_at_most_max_lines():
@@ -231,6 +307,24 @@ def test_the_table_check_finds_a_forbidden_and_an_unused_edge():
     assert _unused_entries(graph, {"core": {"daemon", "errors"}, "daemon": set()}) == ["core -> errors"]
 
 
+def test_the_core_check_finds_a_forbidden_and_an_unused_edge():
+    graph = {
+        "supervisor.core.protocol.data": {"supervisor.core.worker.env", "supervisor.errors"},
+        "supervisor.core.worker.env": {"supervisor.core.worker.modes"},
+        "supervisor.core.worker.modes": set(),
+        "supervisor.errors": set(),
+    }
+    table = {"protocol": {"errors"}, "worker": {"group"}}
+    assert _core_violations(graph, table) == ["supervisor.core.protocol.data -> supervisor.core.worker.env"]
+    assert _core_unused_entries(graph, table) == ["worker -> group"]
+    assert _core_sublayer("supervisor.core") == "" and _core_sublayer("supervisor.errors") is None
+
+
+def test_the_name_check_finds_a_repeated_file_name():
+    paths = [Path(p) for p in ("s/a/events.py", "s/b/events.py", "s/a/__init__.py", "s/b/__init__.py", "s/c.py")]
+    assert _repeated_file_names(paths) == {"events.py": ["s/a/events.py", "s/b/events.py"]}
+
+
 def test_the_length_check_finds_a_long_module_and_holds_core_to_it():
     lengths = {"supervisor.core.a": 601, "supervisor.daemon.b": 601, "supervisor.daemon.c": 600}
     assert _too_long(lengths, 600, set()) == [
@@ -253,4 +347,15 @@ def test_every_layers_docstring_states_the_imports_the_table_allows():
     layers = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py") if p.parent.name != "_assets")
     assert "core" in layers and "supervision" in layers
     wrong = {layer: (_stated_imports(layer), MAY_IMPORT[layer]) for layer in layers if _stated_imports(layer) != MAY_IMPORT[layer]}
+    assert not wrong, "docstring says, table says: " + repr(wrong)
+
+
+def test_every_core_subpackages_docstring_states_the_imports_the_table_allows():
+    subpackages = sorted(p.parent.name for p in (PACKAGE / "core").glob("*/__init__.py"))
+    assert subpackages == ["group", "protocol", "worker"]
+    wrong = {
+        sub: (_stated_imports(f"core/{sub}"), CORE_MAY_IMPORT[sub])
+        for sub in subpackages
+        if _stated_imports(f"core/{sub}") != CORE_MAY_IMPORT[sub]
+    }
     assert not wrong, "docstring says, table says: " + repr(wrong)

@@ -123,7 +123,7 @@ def scraped(tmp_path_factory):
         time.sleep(3)  # steady traffic, scraped
         # A worker SIGKILLed: a failure detected, a restart, a recovery.
         handle = ray.get_actor(record.groups["counters"].actor_names[1], namespace=record.namespace)
-        from supervisor.core.heartbeat import wait_for_beat
+        from supervisor.core.worker.actor_heartbeat import wait_for_beat
 
         os.kill(wait_for_beat(handle).pid, signal.SIGKILL)
         def explain() -> str:

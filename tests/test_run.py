@@ -335,7 +335,7 @@ def test_supervisor_stop_is_a_sigterm_to_the_command(runs, cluster, tmp_path):
 def test_the_hosts_pool_names_and_group_settings():
     from supervisor.daemon.spec import parse_spec
     from supervisor.run.descriptor import named
-    from supervisor.run.host import RunHost
+    from supervisor.run.run_host import RunHost
 
     spec = named(
         parse_spec('[run.groups.actor]\nrestart_strategy = "one_for_all"\nprobe_period_s = 2\n[run.groups.global_pool]\nprobe_period_s = 3\n', run=True),
@@ -354,7 +354,7 @@ def test_the_hosts_pool_names_and_group_settings():
 
 
 def test_the_host_outside_a_run_says_so(monkeypatch):
-    from supervisor.run.host import NotInRunError, RunHost
+    from supervisor.run.run_host import NotInRunError, RunHost
 
     monkeypatch.delenv(RUN_ENV, raising=False)
     with pytest.raises(NotInRunError, match="not under `supervisor run`"):

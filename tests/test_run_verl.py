@@ -106,7 +106,7 @@ def test_a_verl_program_runs_supervised_through_rank_kills_and_leaves_nothing(ru
     out = r.output()
     assert len(steps(out)) == 9 and all("complete=True" in line for line in steps(out).values()), out[-4000:]
     assert "\ndone\n" in out
-    assert "supervisor.integrations.verl.group.SupervisedRayWorkerGroup" in out
+    assert "supervisor.integrations.verl.supervised_group.SupervisedRayWorkerGroup" in out
     # The program exits without tearing its group down: supervision stops before Ray does, so no
     # false "group FAILED" ends the log.
     assert "supervisor_crashed" not in out and "group_failed" not in out, out[-4000:]
@@ -202,5 +202,5 @@ def test_groups_built_in_a_taskrunner_actor_are_hosted_there(runs):
     assert group.pool == "seed" and host_pid != r.proc.pid
     assert r.wait(300) == 0, r.output()[-3000:]
     (line,) = [json.loads(line) for line in r.output().splitlines() if line.startswith('{"cls"')]
-    assert line == {"cls": "supervisor.integrations.verl.group.SupervisedRayWorkerGroup", "pid": host_pid, "complete": True}
+    assert line == {"cls": "supervisor.integrations.verl.supervised_group.SupervisedRayWorkerGroup", "pid": host_pid, "complete": True}
     assert_nothing_left(r.name)

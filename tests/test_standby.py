@@ -12,8 +12,8 @@ from clusters import connected_cluster
 from supervised_workers import RankDependentWorker, SlowStartWorker, WarmUpWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
-from supervisor.core.heartbeat import wait_for_beat
 from supervisor.core.protocol import DataProto
+from supervisor.core.worker.actor_heartbeat import wait_for_beat
 from supervisor.errors import ConfigError
 from supervisor.observability.metrics import REGISTRY
 from supervisor.placement.layout import BundleRef

@@ -9,7 +9,6 @@ import pickle
 import numpy as np
 import torch
 
-from supervisor.core.state_endpoints import _save_disk, load_disk_state
 from supervisor.core.state_tree import (
     from_wire,
     host_copy,
@@ -19,6 +18,7 @@ from supervisor.core.state_tree import (
     state_nbytes,
     to_wire,
 )
+from supervisor.core.worker.state_endpoints import _save_disk, load_disk_state
 
 
 class TrainedRank:

@@ -17,8 +17,8 @@ from supervised_workers import RolloutWorker, SlowInitWorker
 from workers import ReinitFaultWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
-from supervisor.core.heartbeat import wait_for_beat
 from supervisor.core.protocol import DataProto
+from supervisor.core.worker.actor_heartbeat import wait_for_beat
 from supervisor.observability.hooks import ObservingHooks
 from supervisor.observability.metrics import REGISTRY
 from supervisor.supervision import (

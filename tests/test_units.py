@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from supervisor.core.decorator import MAGIC_ATTR, get_method_spec, register
-from supervisor.core.dispatch import (
+from supervisor.core.group.dispatch import (
     PADDING_SIZE_KEY,
     collect_dp_compute,
     collect_nd_compute,
@@ -23,7 +22,8 @@ from supervisor.core.dispatch import (
     resolve_dispatch_fns,
     update_dispatch_mode,
 )
-from supervisor.core.env import (
+from supervisor.core.worker.dispatch_modes import Dispatch, Execute
+from supervisor.core.worker.env import (
     RESERVED_ENV_KEYS,
     STANDBY_ENV_KEY,
     STANDBY_NICE_ENV_KEY,
@@ -34,7 +34,7 @@ from supervisor.core.env import (
     standby_env_vars,
     worker_env_vars,
 )
-from supervisor.core.modes import Dispatch, Execute
+from supervisor.core.worker.registration import MAGIC_ATTR, get_method_spec, register
 from supervisor.errors import ConfigError, DispatchError, SupervisorError, WorkerEnvError
 from supervisor.placement.layout import actor_name, bundle_resources, placement_group_name, rank_layout
 from supervisor.placement.pool import PlacementStrategy, ResourcePool
@@ -228,7 +228,7 @@ def test_worker_env_contract():
 
 
 def test_worker_outside_a_group_says_why(monkeypatch):
-    from supervisor.core.worker import Worker
+    from supervisor.core.worker.worker_base import Worker
 
     for key in RESERVED_ENV_KEYS:
         monkeypatch.delenv(key, raising=False)
@@ -241,7 +241,7 @@ def test_worker_outside_a_group_says_why(monkeypatch):
 
 
 def test_a_standby_worker_has_no_rank_until_it_takes_one_over(monkeypatch):
-    from supervisor.core.worker import Worker
+    from supervisor.core.worker.worker_base import Worker
 
     env = standby_env_vars(4, "g-", Rendezvous("127.0.0.1", 29500))
     for key in RESERVED_ENV_KEYS:
@@ -276,7 +276,7 @@ def test_mesh_dispatch_chunks_of_a_tensordict_carry_only_their_rows():
     import torch
     from tensordict import TensorDict
 
-    from supervisor.core.dispatch import _chunk_tensordict
+    from supervisor.core.group.dispatch import _chunk_tensordict
 
     batch = TensorDict({"x": torch.zeros(1000, 1000)}, batch_size=[1000])
     chunks = _chunk_tensordict("test", "argument 0", batch, 4)

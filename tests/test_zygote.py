@@ -14,8 +14,8 @@ from clusters import connected_cluster
 from supervised_workers import ForkProbeWorker
 
 from supervisor import ClassWithInitArgs, ResourcePool, create_group, init_group
-from supervisor.core.heartbeat import wait_for_beat
-from supervisor.core.zygote import (
+from supervisor.core.worker.actor_heartbeat import wait_for_beat
+from supervisor.core.worker.zygote import (
     LAUNCHER,
     RETRY_S,
     NodeZygotes,
@@ -25,7 +25,7 @@ from supervisor.core.zygote import (
     runtime_env_problem,
     worker_sys_path,
 )
-from supervisor.core.zygote_launch import ZYGOTE_ENV
+from supervisor.core.worker.zygote_launch import ZYGOTE_ENV
 from supervisor.daemon.spare_zygotes import nodes_that_fit, warm_spare_nodes
 from supervisor.errors import ConfigError
 from supervisor.supervision import GroupState, GroupSupervisor, SupervisionConfig

@@ -291,7 +291,7 @@ def events(
     replacements, recoveries, drift, group and daemon state changes, takeovers, stops and collection.
     The last 1000 per supervisor are kept in the cluster, also after it stopped."""
     from ..daemon.events import parse_duration
-    from .events import collect_events, events_document, render_events, select_events
+    from .events_command import collect_events, events_document, render_events, select_events
 
     try:
         since_s = parse_duration(since) if since is not None else None
@@ -601,7 +601,7 @@ def gc(address: str | None, dry_run: bool, grace_s: float | None, include_detach
 
 def _collect_stale_beats(dry_run: bool) -> int:
     """Remove the heartbeats of supervised actors that are gone (see heartbeat.stale_beats)."""
-    from ..core.heartbeat import clear_beats, stale_beats
+    from ..core.worker.actor_heartbeat import clear_beats, stale_beats
 
     stale = stale_beats()
     if not stale:

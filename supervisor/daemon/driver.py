@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.group import WorkerGroup
+from ..core.group.group import WorkerGroup
 from ..observability.log import get_logger
 from ..placement.pool import ResourcePool
 

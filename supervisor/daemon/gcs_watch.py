@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core import gcs_outages
+from ..core.group import gcs_outages
 from ..observability.log import get_logger
 
 __all__ = ["GCS_PING_S", "GCS_WAIT_REPORT_S", "GcsState", "GcsOutage", "GcsWatch", "gcs_address", "ping_gcs"]
@@ -85,7 +85,7 @@ def ping_gcs(address: str, timeout_s: float = GCS_PING_S) -> bool:
 class GcsWatch:
     """A thread that pings the GCS every :data:`GCS_PING_S`, logs an outage while it lasts, reports
     each one that ended (``on_back(seconds)``) and calls ``on_exceeded(message)`` once past the grace.
-    Every ping's result goes to ``note`` (default: :func:`supervisor.core.gcs_outages.note`, which this
+    Every ping's result goes to ``note`` (default: :func:`supervisor.core.group.gcs_outages.note`, which this
     process's detection and snapshots read)."""
 
     def __init__(

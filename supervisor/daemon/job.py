@@ -15,9 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import gcs_outages
-from ..core.group import WorkerGroup
-from ..core.zygote import NodeZygotes
+from ..core.group import gcs_outages
+from ..core.group.group import WorkerGroup
+from ..core.worker.zygote import NodeZygotes
 from ..errors import SupersededError, SupervisorError, first_line
 from ..failure import FailureReason
 from ..observability.hooks import ObservingHooks

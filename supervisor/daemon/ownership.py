@@ -80,7 +80,7 @@ def kill_named(supervisor: str, names: list[str]) -> None:
     see :func:`remove_owned`)."""
     import ray
 
-    from ..core.heartbeat import clear_beats_once_ended
+    from ..core.worker.actor_heartbeat import clear_beats_once_ended
 
     namespace = namespace_of(supervisor)
     killed: list[str] = []

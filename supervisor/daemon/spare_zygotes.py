@@ -35,7 +35,7 @@ def nodes_that_fit(nodes: Iterable[Mapping[str, Any]], bundles: Sequence[Mapping
 
 
 def warm_spare_nodes(zygotes: Iterable[Any], bundles: Sequence[Mapping[str, float]]) -> None:
-    """Start the job's zygotes (each :class:`~supervisor.core.zygote.NodeZygotes`) on every node that
+    """Start the job's zygotes (each :class:`~supervisor.core.worker.zygote.NodeZygotes`) on every node that
     could hold a bundle and has none yet; a failure is logged and tried again at the next check."""
     import ray
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.cpu_priority import NICE_MAX
-from ..core.heartbeat import HEARTBEAT_PERIOD_S
-from ..core.zygote import check_preload_names
+from ..core.worker.actor_heartbeat import HEARTBEAT_PERIOD_S
+from ..core.worker.cpu_priority import NICE_MAX
+from ..core.worker.zygote import check_preload_names
 from ..errors import ConfigError, first_line
 from ..placement.budget import WorkerBudget, bundle_misfits
 from ..placement.layout import (
@@ -774,7 +774,7 @@ def supervisor_name_problem(name: str) -> str | None:
 
 
 def _check_env(env: dict[str, str]) -> None:
-    from ..core.env import check_user_env
+    from ..core.worker.env import check_user_env
 
     check_user_env(env)
 
@@ -807,8 +807,8 @@ def import_object(path: str, extra_sys_path: list[str] | None = None) -> Any:
 
 
 def _check_imports(spec: SupervisorSpec) -> list[str]:
-    from ..core.actor_class import unwrap_actor_class
-    from ..core.worker import Worker
+    from ..core.group.actor_class import unwrap_actor_class
+    from ..core.worker.worker_base import Worker
 
     problems: list[str] = []
     try:

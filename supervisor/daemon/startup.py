@@ -9,9 +9,9 @@ import threading
 import time
 from typing import Any
 
-from ..core.actor_class import ClassWithInitArgs
-from ..core.group import GroupPlacement, WorkerGroup
-from ..core.zygote import NodeZygotes
+from ..core.group.actor_class import ClassWithInitArgs
+from ..core.group.group import GroupPlacement, WorkerGroup
+from ..core.worker.zygote import NodeZygotes
 from ..errors import ConfigError, first_line
 from ..observability.log import get_logger
 from ..placement.budget import cluster_misfits, cpu_oversubscription

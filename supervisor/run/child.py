@@ -8,7 +8,7 @@ __all__ = ["arm_verl"]
 
 def arm_verl() -> None:
     """Replace verl's ``RayWorkerGroup``/``RayResourcePool`` by the supervised ones, and make this
-    process's groups belong to the run (its :class:`~supervisor.run.host.RunHost`, made when the first
+    process's groups belong to the run (its :class:`~supervisor.run.run_host.RunHost`, made when the first
     group is created, after the program's own ``ray.init``).
 
     Raises:
@@ -17,7 +17,7 @@ def arm_verl() -> None:
     """
     from ..integrations.verl import patch
     from ..integrations.verl.host import set_host_factory
-    from .host import RunHost
+    from .run_host import RunHost
 
     set_host_factory(RunHost.from_environment)
     patch.install()

@@ -27,8 +27,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core import gcs_outages
-from ..core.state_endpoints import DISK_MARKER
+from ..core.group import gcs_outages
+from ..core.worker.state_endpoints import DISK_MARKER
 from ..errors import ConfigError, RolledBack, StateLostError, first_line
 from ..fencing import UNFENCED, Fence
 from ..observability.log import get_logger
@@ -50,7 +50,7 @@ from .planning import (
 )
 
 if TYPE_CHECKING:
-    from ..core.group import WorkerGroup
+    from ..core.group.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
 
 __all__ = ["StateDomain", "Rollback", "StateLostError", "GroupStateStatus", "SnapshotSkipped", "CapturedPeer", "CapturedLive"]

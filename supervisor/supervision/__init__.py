@@ -17,7 +17,7 @@ One module per concern:
 
 Owns: keeping a group running: detection, the restart decision, recovery, standbys, and blocking
 calls that survive rank failures (it installs :class:`~.supervised_call.SupervisedCallRunner` in
-the seam :mod:`supervisor.core.call_runner` defines).
+the seam :mod:`supervisor.core.group.call_runner` defines).
 
 May import: ``core``, ``state``, ``placement``, ``observability``, ``failure``, ``errors`` (checked against the import graph by ``tests/test_layers.py``);
 core never imports it.

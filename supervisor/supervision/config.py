@@ -39,7 +39,7 @@ class SupervisionConfig:
             (independent replicas, whose init may not run twice in one process).
         probe_period_s, probe_timeout_s: how often the ranks' heartbeats are read, and how long a rank
             may go without a new one before it is hung (at least two heartbeat periods,
-            :data:`~supervisor.core.heartbeat.HEARTBEAT_PERIOD_S`). A rank Ray reports unavailable
+            :data:`~supervisor.core.worker.actor_heartbeat.HEARTBEAT_PERIOD_S`). A rank Ray reports unavailable
             (unreachable, not known dead), or whose death the GCS has not confirmed, is given
             ``probe_timeout_s`` too.
         call_timeout_s: a blocking group call not answered by a rank within this is a hang (None: no limit).
@@ -49,7 +49,7 @@ class SupervisionConfig:
         actor_start_timeout_s: how long a replacement actor may take to come up (its constructor).
         poll_interval_s: longest a supervision pass blocks (bounds the reaction to reports and stop()).
         standbys: pre-started actors kept in free bundles (the pool's spares) to take over failed
-            ranks; needs a :class:`~supervisor.core.worker.Worker` subclass whose constructor does not
+            ranks; needs a :class:`~supervisor.core.worker.worker_base.Worker` subclass whose constructor does not
             depend on the rank (rank-dependent setup belongs in ``init_method``).
         standby_check_s: how often missing standbys are looked for free, placed bundles.
         standby_warmup_method: worker method a standby runs once constructed, before it counts as
@@ -65,13 +65,13 @@ class SupervisionConfig:
             starts and warms up, restored when it takes over a rank: a standby is speculative, and
             takes only the CPU the running ranks leave. 0: not lowered. Not lowered either where
             the process could not raise it back (no ``CAP_SYS_NICE``, an ``RLIMIT_NICE`` that does
-            not allow it; see :mod:`supervisor.core.cpu_priority`).
+            not allow it; see :mod:`supervisor.core.worker.cpu_priority`).
         standby_sched_idle: whether a standby also runs under Linux's ``SCHED_IDLE`` policy while it
             starts and warms up (restored with the nice value): it gets a CPU only when no rank
             wants one, and a waking rank preempts it at once.
         standby_preload: modules (e.g. ``("torch", "tensordict")``) a per-node zygote imports once, so
             that standbys are forked from it instead of each paying for those imports in a fresh
-            process (:mod:`supervisor.core.zygote`); empty: no zygote. Modules that import Ray
+            process (:mod:`supervisor.core.worker.zygote`); empty: no zygote. Modules that import Ray
             cannot be preloaded (the zygote refuses them and standbys start as plain processes).
         state: what the ranks hold that training changed, and how it is kept
             (:class:`~supervisor.state.StateConfig`; default: nothing to restore). A stateful group is

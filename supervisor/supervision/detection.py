@@ -2,7 +2,7 @@
 
 Every running rank has a death watch (:mod:`~supervisor.supervision.death_watch`): a call queued to it
 by a watcher process and never sent, which Ray fails the moment the rank dies, busy or idle, so a
-death is seen without polling. Heartbeats (:mod:`~supervisor.core.heartbeat`), written by a thread of
+death is seen without polling. Heartbeats (:mod:`~supervisor.core.worker.actor_heartbeat`), written by a thread of
 the rank's own, catch processes that are alive but stuck: a rank with no new beat for
 ``probe_timeout_s`` is hung. Neither runs anything on the actor's call path, so ranks are plain actors.
 A death is classified once the GCS has a view of it (:func:`~supervisor.supervision.failures.judge_death`):
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core import gcs_outages
-from ..core.heartbeat import read_beats
+from ..core.group import gcs_outages
+from ..core.worker.actor_heartbeat import read_beats
 from ..errors import first_line
 from ..failure import ErrorKind
 from ..observability.log import get_logger
@@ -28,7 +28,7 @@ from .death_verdict import UnavailableClock, judge_death
 from .restart_policy import Failure, FailureReason
 
 if TYPE_CHECKING:
-    from ..core.group import WorkerGroup
+    from ..core.group.group import WorkerGroup
 
 __all__ = ["BeatClock", "Detected", "Detector"]
 

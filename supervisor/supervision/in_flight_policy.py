@@ -7,7 +7,7 @@ import enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..core.decorator import MethodSpec
+    from ..core.worker.registration import MethodSpec
 
 __all__ = ["InFlightPolicy", "resolve_in_flight_policy"]
 

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.actor_class import ClassWithInitArgs
-from ..core.group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup
-from ..core.heartbeat import Beat, read_beats
-from ..core.worker import send_probe
-from ..core.zygote import NodeZygotes
+from ..core.group.actor_class import ClassWithInitArgs
+from ..core.group.group import DEFAULT_NAMESPACE, GroupPlacement, WorkerGroup
+from ..core.worker.actor_heartbeat import Beat, read_beats
+from ..core.worker.worker_base import send_probe
+from ..core.worker.zygote import NodeZygotes
 from ..errors import ActorStartError, SupervisorError, ray_error_line
 from ..failure import ErrorKind, classify_error
 from ..observability.hooks import LifecycleHooks, default_hooks
@@ -94,7 +94,7 @@ def create_group(
         hooks: lifecycle hooks (default: metrics and structured logs).
         group_factory: builds the group (called as :class:`WorkerGroup` is); an integration passes
             its WorkerGroup subclass (verl's env contract and registrations).
-        zygotes: per-node zygotes (:class:`~supervisor.core.zygote.NodeZygotes`, shared by the
+        zygotes: per-node zygotes (:class:`~supervisor.core.worker.zygote.NodeZygotes`, shared by the
             caller's groups and owned by it) to fork the ranks from instead of starting each as a
             fresh process: waited for on the pool's nodes first; fresh replacements fork too.
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.worker import send_probe
+from ..core.worker.worker_base import send_probe
 from ..errors import StateLostError, SupersededError, first_line, ray_error_line
 from ..failure import is_transient
 from ..observability.log import get_logger
@@ -39,7 +39,7 @@ from .reconcile import (
 )
 
 if TYPE_CHECKING:
-    from ..core.group import WorkerGroup
+    from ..core.group.group import WorkerGroup
     from ..observability.hooks import LifecycleHooks
     from ..state.domain import StateDomain
 

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.worker import Worker
-from ..core.zygote import check_preload_names, runtime_env_problem
+from ..core.worker.worker_base import Worker
+from ..core.worker.zygote import check_preload_names, runtime_env_problem
 from ..errors import ConfigError, first_line, ray_error_line
 from ..failure import ErrorKind
 from ..observability.log import get_logger
@@ -17,7 +17,7 @@ from . import death_watch
 from .config import STANDBY_FAILURE_LIMIT, SupervisionConfig
 
 if TYPE_CHECKING:
-    from ..core.group import Standby, WorkerGroup
+    from ..core.group.group import Standby, WorkerGroup
     from ..observability.hooks import LifecycleHooks
 
 __all__ = ["StandbyKeeper", "check_standby_config"]

@@ -32,9 +32,9 @@ from .in_flight_policy import InFlightPolicy, resolve_in_flight_policy
 from .restart_policy import FailureReason
 
 if TYPE_CHECKING:
-    from ..core.call_runner import PerRank
-    from ..core.decorator import MethodSpec
-    from ..core.group import WorkerGroup
+    from ..core.group.call_runner import PerRank
+    from ..core.group.group import WorkerGroup
+    from ..core.worker.registration import MethodSpec
     from ..state.domain import StateDomain
     from .config import SupervisionConfig
     from .gate import CallGate
@@ -59,7 +59,7 @@ class Supervising(Protocol):
 
 
 class SupervisedCallRunner:
-    """The :class:`~supervisor.core.call_runner.CallRunner` a ``GroupSupervisor`` installs on its
+    """The :class:`~supervisor.core.group.call_runner.CallRunner` a ``GroupSupervisor`` installs on its
     group (``group.call_runner``): the group's blocking calls then run through :func:`run_supervised`,
     with the in-flight policy and the call timeout of the supervisor's config at the time of the call."""
 

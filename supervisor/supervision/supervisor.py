@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..core.group import WorkerGroup
+from ..core.group.group import WorkerGroup
 from ..errors import GroupFailedError, first_line
 from ..observability.hooks import LifecycleHooks, default_hooks
 from ..observability.log import get_logger

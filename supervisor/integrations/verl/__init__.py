@@ -14,19 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .group import SupervisedRayWorkerGroup as SupervisedRayWorkerGroup
-    from .pool import SupervisedRayResourcePool as SupervisedRayResourcePool
+    from .supervised_group import SupervisedRayWorkerGroup as SupervisedRayWorkerGroup
+    from .supervised_pool import SupervisedRayResourcePool as SupervisedRayResourcePool
 
 __all__ = ["SupervisedRayWorkerGroup", "SupervisedRayResourcePool"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "SupervisedRayWorkerGroup":
-        from .group import SupervisedRayWorkerGroup
+        from .supervised_group import SupervisedRayWorkerGroup
 
         return SupervisedRayWorkerGroup
     if name == "SupervisedRayResourcePool":
-        from .pool import SupervisedRayResourcePool
+        from .supervised_pool import SupervisedRayResourcePool
 
         return SupervisedRayResourcePool
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ...core.group import WorkerGroup
+    from ...core.group.group import WorkerGroup
     from ...fencing import Fence
     from ...observability.hooks import LifecycleHooks
     from ...supervision.config import SupervisionConfig

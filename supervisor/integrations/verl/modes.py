@@ -17,9 +17,9 @@ from typing import Any
 from verl.protocol import _padding_size_key as VERL_PADDING_KEY
 from verl.single_controller.base import decorator as verl_decorator
 
-from ...core.decorator import MAGIC_ATTR, MethodSpec
-from ...core.dispatch import PADDING_SIZE_KEY, make_nd_compute_dataproto_dispatch_fn
-from ...core.modes import Dispatch, Execute
+from ...core.group.dispatch import PADDING_SIZE_KEY, make_nd_compute_dataproto_dispatch_fn
+from ...core.worker.dispatch_modes import Dispatch, Execute
+from ...core.worker.registration import MAGIC_ATTR, MethodSpec
 from ...errors import ConfigError
 
 __all__ = ["read_verl_method_spec", "translate_dispatch_mode", "translate_execute_mode"]

@@ -93,8 +93,8 @@ def _patch_loaded() -> None:
                 setattr(base, ORIGINAL_PREFIX + name, getattr(base, name))
             originals[name] = getattr(base, ORIGINAL_PREFIX + name)
         # Imported only now (verl is loaded): they subclass and read verl's originals.
-        from .group import SupervisedRayWorkerGroup
-        from .pool import SupervisedRayResourcePool
+        from .supervised_group import SupervisedRayWorkerGroup
+        from .supervised_pool import SupervisedRayResourcePool
 
         ours = {"RayWorkerGroup": SupervisedRayWorkerGroup, "RayResourcePool": SupervisedRayResourcePool}
         for module_name, module in list(sys.modules.items()):

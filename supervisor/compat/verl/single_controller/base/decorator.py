@@ -3,39 +3,43 @@
 from collections.abc import Callable
 from typing import Any
 
-from supervisor.core.decorator import MAGIC_ATTR as MAGIC_ATTR
-from supervisor.core.decorator import check_dispatch_mode as _check_dispatch_mode  # noqa: F401 (verl's modules import it)
-from supervisor.core.decorator import check_execute_mode as _check_execute_mode  # noqa: F401
-from supervisor.core.decorator import register as _register
-from supervisor.core.dispatch import DISPATCH_MODE_FN_REGISTRY as DISPATCH_MODE_FN_REGISTRY
-from supervisor.core.dispatch import collect_all_to_all as collect_all_to_all
-from supervisor.core.dispatch import collect_dp_compute as collect_dp_compute
-from supervisor.core.dispatch import collect_dp_compute_data_proto as collect_dp_compute_data_proto
-from supervisor.core.dispatch import collect_lazy_compute_data_proto as collect_lazy_compute_data_proto
-from supervisor.core.dispatch import collect_nd_compute as collect_nd_compute
-from supervisor.core.dispatch import collect_nd_compute_dataproto as collect_nd_compute_dataproto
-from supervisor.core.dispatch import direct_rollout_call as dummy_direct_rollout_call
-from supervisor.core.dispatch import dispatch_all_to_all as dispatch_all_to_all
-from supervisor.core.dispatch import dispatch_dp_compute as dispatch_dp_compute
-from supervisor.core.dispatch import dispatch_dp_compute_data_proto as dispatch_dp_compute_data_proto
-from supervisor.core.dispatch import (
+from supervisor.core.group.dispatch import DISPATCH_MODE_FN_REGISTRY as DISPATCH_MODE_FN_REGISTRY
+from supervisor.core.group.dispatch import collect_all_to_all as collect_all_to_all
+from supervisor.core.group.dispatch import collect_dp_compute as collect_dp_compute
+from supervisor.core.group.dispatch import collect_dp_compute_data_proto as collect_dp_compute_data_proto
+from supervisor.core.group.dispatch import collect_lazy_compute_data_proto as collect_lazy_compute_data_proto
+from supervisor.core.group.dispatch import collect_nd_compute as collect_nd_compute
+from supervisor.core.group.dispatch import collect_nd_compute_dataproto as collect_nd_compute_dataproto
+from supervisor.core.group.dispatch import direct_rollout_call as dummy_direct_rollout_call
+from supervisor.core.group.dispatch import dispatch_all_to_all as dispatch_all_to_all
+from supervisor.core.group.dispatch import dispatch_dp_compute as dispatch_dp_compute
+from supervisor.core.group.dispatch import dispatch_dp_compute_data_proto as dispatch_dp_compute_data_proto
+from supervisor.core.group.dispatch import (
     dispatch_dp_compute_data_proto_with_func as dispatch_dp_compute_data_proto_with_func,
 )
-from supervisor.core.dispatch import dispatch_lazy_compute_data_proto as dispatch_lazy_compute_data_proto
-from supervisor.core.dispatch import dispatch_nd_compute as dispatch_nd_compute
-from supervisor.core.dispatch import dispatch_nd_compute_dataproto as dispatch_nd_compute_dataproto
-from supervisor.core.dispatch import dispatch_one_to_all as dispatch_one_to_all
-from supervisor.core.dispatch import get_predefined_dispatch_fn as get_predefined_dispatch_fn
-from supervisor.core.dispatch import get_predefined_execute_fn as get_predefined_execute_fn
-from supervisor.core.dispatch import (
+from supervisor.core.group.dispatch import (
+    dispatch_lazy_compute_data_proto as dispatch_lazy_compute_data_proto,
+)
+from supervisor.core.group.dispatch import dispatch_nd_compute as dispatch_nd_compute
+from supervisor.core.group.dispatch import dispatch_nd_compute_dataproto as dispatch_nd_compute_dataproto
+from supervisor.core.group.dispatch import dispatch_one_to_all as dispatch_one_to_all
+from supervisor.core.group.dispatch import get_predefined_dispatch_fn as get_predefined_dispatch_fn
+from supervisor.core.group.dispatch import get_predefined_execute_fn as get_predefined_execute_fn
+from supervisor.core.group.dispatch import (
     make_nd_compute_dataproto_dispatch_fn as make_nd_compute_dataproto_dispatch_fn,
 )
-from supervisor.core.dispatch import register_dispatch_mode as register_dispatch_mode
-from supervisor.core.dispatch import update_dispatch_mode as update_dispatch_mode
-from supervisor.core.modes import Dispatch as Dispatch
-from supervisor.core.modes import Execute as Execute
-from supervisor.core.modes import init_predefined_dispatch_mode as init_predefined_dispatch_mode
-from supervisor.core.modes import init_predefined_execute_mode as init_predefined_execute_mode
+from supervisor.core.group.dispatch import register_dispatch_mode as register_dispatch_mode
+from supervisor.core.group.dispatch import update_dispatch_mode as update_dispatch_mode
+from supervisor.core.worker.dispatch_modes import Dispatch as Dispatch
+from supervisor.core.worker.dispatch_modes import Execute as Execute
+from supervisor.core.worker.dispatch_modes import (
+    init_predefined_dispatch_mode as init_predefined_dispatch_mode,
+)
+from supervisor.core.worker.dispatch_modes import init_predefined_execute_mode as init_predefined_execute_mode
+from supervisor.core.worker.registration import MAGIC_ATTR as MAGIC_ATTR
+from supervisor.core.worker.registration import check_dispatch_mode as _check_dispatch_mode  # noqa: F401 (verl's modules import it)
+from supervisor.core.worker.registration import check_execute_mode as _check_execute_mode  # noqa: F401
+from supervisor.core.worker.registration import register as _register
 
 
 def register(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from supervisor.core.actor_class import ClassWithInitArgs as ClassWithInitArgs
-from supervisor.core.group import WorkerGroup as WorkerGroup
+from supervisor.core.group.actor_class import ClassWithInitArgs as ClassWithInitArgs
+from supervisor.core.group.group import WorkerGroup as WorkerGroup
 from supervisor.placement.pool import ResourcePool as _ResourcePool
 
 __all__ = ["ResourcePool", "ClassWithInitArgs", "WorkerGroup"]

@@ -8,14 +8,16 @@ from typing import Any
 
 import ray
 
-from supervisor.core.actor_class import ClassWithInitArgs
-from supervisor.core.binding import func_generator as func_generator
-from supervisor.core.colocate import create_colocated_worker_cls as create_colocated_worker_cls
-from supervisor.core.colocate import create_colocated_worker_cls_fused as create_colocated_worker_cls_fused
-from supervisor.core.colocate import create_colocated_worker_raw_cls as create_colocated_worker_raw_cls
-from supervisor.core.group import DEFAULT_NAMESPACE, WorkerGroup
-from supervisor.core.rendezvous import master_addr_port
-from supervisor.core.worker import Worker as Worker
+from supervisor.core.group.actor_class import ClassWithInitArgs
+from supervisor.core.group.binding import func_generator as func_generator
+from supervisor.core.group.colocate import create_colocated_worker_cls as create_colocated_worker_cls
+from supervisor.core.group.colocate import (
+    create_colocated_worker_cls_fused as create_colocated_worker_cls_fused,
+)
+from supervisor.core.group.colocate import create_colocated_worker_raw_cls as create_colocated_worker_raw_cls
+from supervisor.core.group.group import DEFAULT_NAMESPACE, WorkerGroup
+from supervisor.core.group.rendezvous import master_addr_port
+from supervisor.core.worker.worker_base import Worker as Worker
 from supervisor.placement.pool import ResourcePool as _LibraryResourcePool
 from supervisor.placement.pool import SubResourcePool
 from supervisor.placement.pool import extract_pg_from_exist as extract_pg_from_exist

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import WorkerEnvError
+from ...errors import WorkerEnvError
 
 __all__ = ["STANDBY_ENV_KEY", "STANDBY_NICE_ENV_KEY", "STANDBY_SCHED_IDLE_ENV_KEY", "standby_env_vars", "VERL_ENV_KEYS", "verl_worker_env_vars", "RESERVED_ENV_KEYS", "Rendezvous", "WorkerIdentity", "worker_env_vars", "check_user_env"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .env import Rendezvous
+from ..worker.env import Rendezvous
 
 __all__ = ["master_addr_port", "pick_rendezvous"]
 
@@ -29,7 +29,7 @@ def master_addr_port(master_port_range: list[int] | None = None) -> tuple[str, s
     Raises:
         RuntimeError: no port of ``master_port_range`` is free.
     """
-    from supervisor.core.worker import find_free_port, node_ip_address
+    from supervisor.core.worker.worker_base import find_free_port, node_ip_address
 
     if master_port_range is None:
         port = find_free_port()
@@ -55,7 +55,7 @@ def pick_rendezvous(
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from .worker import free_address_here
+    from ..worker.worker_base import free_address_here
 
     if rank_zero is not None:
         addr, port = ray.get(rank_zero._supervisor_free_address.remote(avoid_port), timeout=timeout_s)

@@ -1,4 +1,4 @@
-"""Replacing the ranks of a :class:`~supervisor.core.group.WorkerGroup`: a fresh actor into a rank's
+"""Replacing the ranks of a :class:`~supervisor.core.group.group.WorkerGroup`: a fresh actor into a rank's
 bundle (forked from its node's zygote where one is ready), a standby taking a rank over, a hand-over
 that keeps the old actor until its successor serves, and the new rendezvous a new rank 0 brings.
 
@@ -13,14 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, first_line
-from ..observability.log import get_logger
-from ..placement.layout import BundleRef
-from .env import Rendezvous, standby_env_vars
-from .heartbeat import clear_beats_once_ended, clear_beats_once_ended_later
+from ...errors import ConfigError, first_line
+from ...observability.log import get_logger
+from ...placement.layout import BundleRef
+from ..worker.actor_heartbeat import clear_beats_once_ended, clear_beats_once_ended_later
+from ..worker.env import Rendezvous, standby_env_vars
+from ..worker.worker_base import send_rendezvous
+from ..worker.zygote import NodeZygotes, ZygoteLauncher
 from .rendezvous import pick_rendezvous
-from .worker import send_rendezvous
-from .zygote import NodeZygotes, ZygoteLauncher
 
 __all__ = ["FIRST_FORK_WAIT_S", "Predecessor", "RankReplacement", "Standby"]
 
@@ -53,7 +53,7 @@ class Predecessor:
 
 
 class RankReplacement:
-    """The replacement operations of :class:`~supervisor.core.group.WorkerGroup` (its only subclass)."""
+    """The replacement operations of :class:`~supervisor.core.group.group.WorkerGroup` (its only subclass)."""
 
     def replace_worker(
         self,
@@ -182,11 +182,11 @@ class RankReplacement:
     ) -> list[Standby]:  # fmt: skip
         """Start a standby in each of ``bundles`` (free bundles of the group); returns without waiting
         for their constructors. A standby has the group's environment but no rank (see
-        :data:`~supervisor.core.env.STANDBY_ENV_KEY`), and lowers its CPU priority by ``nice`` (and
-        to ``SCHED_IDLE`` with ``sched_idle``) until it takes one over (:mod:`supervisor.core.cpu_priority`).
+        :data:`~supervisor.core.worker.env.STANDBY_ENV_KEY`), and lowers its CPU priority by ``nice`` (and
+        to ``SCHED_IDLE`` with ``sched_idle``) until it takes one over (:mod:`supervisor.core.worker.cpu_priority`).
 
         With ``preload`` (module names), a standby whose bundle's node (``nodes``) has a ready zygote
-        that imported them is forked from it (:mod:`supervisor.core.zygote`); the zygote is started
+        that imported them is forked from it (:mod:`supervisor.core.worker.zygote`); the zygote is started
         on the first call for its node, and until it is ready standbys there start as plain processes."""
         if self.resource_pool is None or self.cls_with_init is None or self._rendezvous is None:
             raise ConfigError(

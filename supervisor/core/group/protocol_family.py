@@ -38,7 +38,7 @@ class ProtocolFamily:
 
 
 def _ours() -> ProtocolFamily:
-    from . import protocol
+    from .. import protocol
 
     return ProtocolFamily("supervisor", protocol.DataProto, protocol.DataProtoFuture, protocol.pad_dataproto_to_divisor, protocol.unpad_dataproto)
 

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DispatchError
-from ..failure import DispatchFailure, classify_error
-from ..observability.metrics import observe_dispatch
-from .decorator import MethodSpec, get_method_spec
+from ...errors import DispatchError
+from ...failure import DispatchFailure, classify_error
+from ...observability.metrics import observe_dispatch
+from ..worker.dispatch_modes import Dispatch, Execute
+from ..worker.registration import MethodSpec, get_method_spec
 from .dispatch import CONCATENATING_COLLECTS, PADDING_SIZE_KEY, resolve_dispatch_fns
-from .modes import Dispatch, Execute
 
 if TYPE_CHECKING:
     from .call_runner import CallRunner
@@ -153,7 +153,7 @@ class BoundGroupMethod:
 def _receiving_views() -> AbstractContextManager[None]:
     # Imported here: the protocol pulls in torch and tensordict, which a process that only binds
     # groups (the CLI reading records, a daemon before its first DataProto) must not pay for.
-    from .protocol import receiving_views
+    from ..protocol import receiving_views
 
     return receiving_views()
 

@@ -1,10 +1,10 @@
 """``WorkerGroup``: one named actor per rank, placed into its bundle, driven as a unit.
 
-The group creates the actors (with the environment contract of :mod:`supervisor.core.env`), binds the
-worker class's registered methods onto itself (:mod:`supervisor.core.binding`) and runs calls on all
+The group creates the actors (with the environment contract of :mod:`supervisor.core.worker.env`), binds the
+worker class's registered methods onto itself (:mod:`supervisor.core.group.binding`) and runs calls on all
 ranks or on rank 0. Actors get deterministic names in a fixed namespace, so another driver can
 re-attach to a detached group with :meth:`WorkerGroup.from_detached`. Replacing ranks (fresh actors,
-standbys, hand-overs) is in :mod:`supervisor.core.group_replacement`.
+standbys, hand-overs) is in :mod:`supervisor.core.group.group_replacement`.
 """
 
 from __future__ import annotations
@@ -14,23 +14,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ClusterUnavailableError, ConfigError, UnknownMethodError, first_line
-from ..fencing import UNFENCED, Fence
-from ..observability.log import get_logger
-from ..placement.layout import BundleRef, BundleSlot, actor_name, validate_name_prefix
-from ..placement.pool import PlacementStrategy, ResourcePool
-from .actor_class import ClassWithInitArgs
-from .binding import bind_registered_methods
-from .decorator import MethodSpec, get_method_spec
-from .env import Rendezvous, WorkerIdentity, check_user_env, worker_env_vars
-from .group_replacement import FIRST_FORK_WAIT_S, Predecessor, RankReplacement, Standby
-from .worker import (
+from ...errors import ClusterUnavailableError, ConfigError, UnknownMethodError, first_line
+from ...fencing import UNFENCED, Fence
+from ...observability.log import get_logger
+from ...placement.layout import BundleRef, BundleSlot, actor_name, validate_name_prefix
+from ...placement.pool import PlacementStrategy, ResourcePool
+from ..worker.env import Rendezvous, WorkerIdentity, check_user_env, worker_env_vars
+from ..worker.registration import MethodSpec, get_method_spec
+from ..worker.worker_base import (
     FUSED_EXECUTE_METHOD,
     FUSED_METHOD_SEPARATOR,
     SupervisedEndpoints,
     fused_method_name,
 )
-from .zygote import NodeZygotes, ZygoteLauncher
+from ..worker.zygote import NodeZygotes, ZygoteLauncher
+from .actor_class import ClassWithInitArgs
+from .binding import bind_registered_methods
+from .group_replacement import FIRST_FORK_WAIT_S, Predecessor, RankReplacement, Standby
 
 if TYPE_CHECKING:
     from .call_runner import CallRunner
@@ -89,7 +89,7 @@ class WorkerGroup(RankReplacement):
     # How a registration is read off a worker method; a group for classes decorated by another
     # library's ``register`` (verl's) reads that library's modes instead.
     read_method_spec: Callable[[Any], MethodSpec | None] = staticmethod(get_method_spec)
-    # The environment of one rank (the contract of :mod:`supervisor.core.env`); verl's integration
+    # The environment of one rank (the contract of :mod:`supervisor.core.worker.env`); verl's integration
     # gives its ranks exactly verl's variables.
     rank_env_vars: Callable[..., dict[str, str]] = staticmethod(worker_env_vars)
 
@@ -557,7 +557,7 @@ class WorkerGroup(RankReplacement):
             RolledBack: a rollback happened that the driver has not been told of yet.
         """
         if self.state_domain is None:
-            from ..errors import ConfigError
+            from ...errors import ConfigError
 
             raise ConfigError(f"group {self.name} is not a supervised stateful group: nothing to snapshot")
         return self.state_domain.snapshot(self, step)

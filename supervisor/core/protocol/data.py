@@ -1,5 +1,5 @@
 """The :class:`DataProto` container: its fields, construction and conversion, inspection, devices and
-pickling. Its key and row operations live in :mod:`supervisor.core.protocol_ops`; the data model is
+pickling. Its key and row operations live in :mod:`supervisor.core.protocol.ops`; the data model is
 described in :mod:`supervisor.core.protocol`."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
+from .ops import DataProtoOperations
 from .protocol_config import DataProtoConfig, DataProtoError
-from .protocol_ops import DataProtoOperations
-from .protocol_serialization import _RECEIVE_VIEWS, _decode_tensordict, _encode_tensordict
+from .serialization import _RECEIVE_VIEWS, _decode_tensordict, _encode_tensordict
 
 __all__ = ["DataProto", "DataProtoItem"]
 

@@ -1,6 +1,6 @@
 """The :class:`Worker` base class: the code that runs inside each rank's actor.
 
-A worker reads its identity from the environment contract (:mod:`supervisor.core.env`) when it is
+A worker reads its identity from the environment contract (:mod:`supervisor.core.worker.env`) when it is
 constructed, so subclasses can use ``self.rank`` and ``self.world_size`` in their ``__init__`` and
 torch.distributed finds RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT where it expects them.
 
@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import WorkerEnvError
+from ...errors import WorkerEnvError
 from . import cpu_priority
-from .decorator import register
+from .actor_heartbeat import start_heartbeat
+from .dispatch_modes import Dispatch, Execute
 from .env import STANDBY_ENV_KEY, STANDBY_NICE_ENV_KEY, STANDBY_SCHED_IDLE_ENV_KEY
-from .heartbeat import start_heartbeat
-from .modes import Dispatch, Execute
+from .registration import register
 
 __all__ = [
     "DistGlobalInfo",
@@ -45,7 +45,7 @@ __all__ = [
 # No supervisor call runs in a concurrency group of its own: any group makes Ray run every call of the
 # actor on a thread pool, which costs each of the user's calls. Deaths are seen by a call queued by a
 # watcher and never sent (supervisor.supervision.death_watch), hangs by the heartbeat thread
-# (supervisor.core.heartbeat); the supervisor's own calls queue behind the user's, in order.
+# (supervisor.core.worker.actor_heartbeat); the supervisor's own calls queue behind the user's, in order.
 
 # The endpoint that replays several init calls in one (see SupervisedEndpoints._supervisor_run_in_order).
 RUN_IN_ORDER_METHOD = "_supervisor_run_in_order"
@@ -224,7 +224,7 @@ class SupervisedEndpoints:
                 return places.pop()
             raise ValueError(f"mesh {mesh!r} is registered by {'no role' if not places else 'several roles, differently'} of {type(self).__name__}") from None
 
-    # -- state (supervisor.core.state_endpoints: the worker's state_dict / load_state_dict) ----------
+    # -- state (supervisor.core.worker.state_endpoints: the worker's state_dict / load_state_dict) ----------
     def _supervisor_snapshot(self, group: str, step: int, keepers: Sequence[Any], disk_dir: str | None = None) -> dict[str, Any]:
         """Copy this rank's state to host memory; hand it to ``keepers`` (and disk) in the background."""
         from .state_endpoints import start_snapshot
@@ -288,7 +288,7 @@ class _StandbyPriority:
 class Worker(SupervisedEndpoints, WorkerHelper, _StandbyPriority):
     """Base class of the user's worker classes.
 
-    Subclasses add methods decorated with :func:`~supervisor.core.decorator.register`; the group binds them.
+    Subclasses add methods decorated with :func:`~supervisor.core.worker.registration.register`; the group binds them.
     The constructor must be called (``super().__init__()``) before ``rank``/``world_size`` are used.
 
     Raises:

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import first_line
-from ..observability.log import get_logger
+from ...errors import first_line
+from ...observability.log import get_logger
 from .zygote_launch import STREAMS, ZYGOTE_ENV, recv_frame, send_code
 
 __all__ = ["ZygoteLauncher", "ZygoteKeeper", "NodeZygotes", "serve", "check_preload_names", "keeper_name", "keeper_prefix", "runtime_env_problem", "worker_sys_path"]
@@ -309,7 +309,7 @@ class ZygoteKeeper:
 
         self.name = f"ray-supervisor-zygote-{uuid.uuid4().hex}"
         self.preload = list(preload)
-        entry = "from supervisor.core.zygote import main; main()"  # not -m: the package imports this module
+        entry = "from supervisor.core.worker.zygote import main; main()"  # not -m: the package imports this module
         command = [sys.executable, "-c", entry, "--name", self.name, "--preload", ",".join(preload), "--parent", str(os.getpid())]
         self.process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE, text=True)
         self._last_line = ""

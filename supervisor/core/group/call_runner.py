@@ -1,6 +1,6 @@
 """The seam through which a supervisor takes over a group's blocking calls.
 
-Core owns the contract, supervision fills it: a :class:`~supervisor.core.group.WorkerGroup` holds a
+Core owns the contract, supervision fills it: a :class:`~supervisor.core.group.group.WorkerGroup` holds a
 ``call_runner`` (``None`` by default), and a bound method's blocking call goes through it when it is
 set. Supervision installs one while it supervises the group (``GroupSupervisor.start``, removed by
 ``stop``), so core never imports supervision. An unsupervised group runs its calls directly: one Ray
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .decorator import MethodSpec
+    from ..worker.registration import MethodSpec
 
 __all__ = ["CallRunner", "PerRank"]
 

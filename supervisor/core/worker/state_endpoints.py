@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError, SupervisorError
-from .state_tree import (
+from ...errors import ConfigError, SupervisorError
+from ..state_tree import (
     WireState,
     empty_tensors,
     from_wire,

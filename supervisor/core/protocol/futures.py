@@ -12,18 +12,18 @@ from typing import Any
 import ray
 from tensordict import TensorDictBase
 
+from .data import DataProto
 from .protocol_config import DataProtoError
-from .protocol_data import DataProto
 
 __all__ = ["BatchData", "DataProtoFuture", "concat_batches"]
 
 
 def concat_batches(parts: list[Any]) -> Any:
     """What a group's ranks returned, as one batch: TensorDicts (verl's protocol v2, e.g. from a mesh
-    dispatch) concatenate with :func:`~supervisor.core.tensordict_utils.concat_tensordict`, DataProtos
+    dispatch) concatenate with :func:`~supervisor.core.protocol.tensordict_batches.concat_tensordict`, DataProtos
     with :meth:`DataProto.concat`."""
     if parts and all(isinstance(p, TensorDictBase) for p in parts):
-        from .tensordict_utils import concat_tensordict
+        from .tensordict_batches import concat_tensordict
 
         return concat_tensordict(list(parts))
     return DataProto.concat(parts)
@@ -31,7 +31,7 @@ def concat_batches(parts: list[Any]) -> Any:
 
 def _take_chunk(data: Any, index: int, chunks: int) -> Any:
     if isinstance(data, TensorDictBase):
-        from .tensordict_utils import chunk_tensordict
+        from .tensordict_batches import chunk_tensordict
 
         return chunk_tensordict(data, chunks)[index]
     return data.chunk(chunks=chunks)[index]
@@ -121,7 +121,7 @@ class BatchData:
     def chunk(self, chunks: int) -> Any:
         """The wrapped value in ``chunks`` pieces of its own kind (TensorDict pieces are contiguous)."""
         if isinstance(self._data, TensorDictBase):
-            from .tensordict_utils import chunk_tensordict, contiguous
+            from .tensordict_batches import chunk_tensordict, contiguous
 
             return tuple(contiguous(piece) for piece in chunk_tensordict(self._data, chunks))
         return self._data.chunk(chunks=chunks)

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from .data import DataProto, DataProtoItem, _column_from_items
+from .equality import _find_numpy_conflict, _find_tensor_conflict
+from .ops import _concat_rows
 from .protocol_config import DataProtoError
-from .protocol_data import DataProto, DataProtoItem, _column_from_items
-from .protocol_equality import _find_numpy_conflict, _find_tensor_conflict
-from .protocol_ops import _concat_rows
 
 __all__ = [
     "all_gather_data_proto",

@@ -76,7 +76,7 @@ class Dispatch(OpenEnum):
 
     Predefined members: RANK_ZERO, ONE_TO_ALL, ALL_TO_ALL, DP_COMPUTE, DP_COMPUTE_PROTO,
     DP_COMPUTE_PROTO_WITH_FUNC, DP_COMPUTE_METRIC, DIRECT_ROLLOUT_METHOD. Their functions live in
-    :mod:`supervisor.core.dispatch`.
+    :mod:`supervisor.core.group.dispatch`.
     """
 
     RANK_ZERO: ClassVar[Dispatch]

@@ -2,7 +2,7 @@
 
 The decorator only attaches a :class:`MethodSpec` to the function; the worker runs the method
 unchanged (apart from resolving :class:`~supervisor.core.protocol.DataProtoFuture` arguments). The group
-reads the spec when it binds methods (:mod:`supervisor.core.binding`).
+reads the spec when it binds methods (:mod:`supervisor.core.group.binding`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .modes import Dispatch, Execute
+from .dispatch_modes import Dispatch, Execute
 
 __all__ = ["MAGIC_ATTR", "MethodSpec", "register", "get_method_spec", "Dispatch", "Execute"]
 
@@ -115,7 +115,7 @@ def register(
     on_rank_failure: str | None = None,
     read_only: bool = False,
 ) -> Callable[[F], F]:
-    """Mark a worker method as callable through its :class:`~supervisor.core.group.WorkerGroup`.
+    """Mark a worker method as callable through its :class:`~supervisor.core.group.group.WorkerGroup`.
 
     Works on plain and ``async def`` methods.
 

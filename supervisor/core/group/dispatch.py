@@ -15,9 +15,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..errors import DispatchError
-from .decorator import check_dispatch_mode
-from .modes import Dispatch, Execute
+from ...errors import DispatchError
+from ..worker.dispatch_modes import Dispatch, Execute
+from ..worker.registration import check_dispatch_mode
 
 __all__ = [
     "DISPATCH_MODE_FN_REGISTRY",
@@ -172,7 +172,7 @@ def _is_tensordict(value: Any) -> bool:
 
 
 def _chunk_tensordict(mode: str, where: str, value: Any, chunks: int) -> list[Any]:
-    from .tensordict_utils import chunk_tensordict
+    from ..protocol.tensordict_batches import chunk_tensordict
 
     if len(value) % chunks != 0:
         raise DispatchError(f"{mode} cannot split {where} of {len(value)} rows evenly across {chunks} dp ranks")
@@ -265,7 +265,7 @@ def dispatch_nd_compute_dataproto(
 def collect_nd_compute_dataproto(collect_mask: list[bool], worker_group: Any, output: Any) -> Any:
     kept = collect_nd_compute(collect_mask, worker_group, output)
     if kept and all(_is_tensordict(o) for o in kept):
-        from .tensordict_utils import concat_tensordict
+        from ..protocol.tensordict_batches import concat_tensordict
 
         return concat_tensordict(list(kept))
     return _concat_data_protos(worker_group, kept)

@@ -172,8 +172,8 @@ def _clear_quietly(actor_ids: list[str]) -> None:
     try:
         clear_beats_once_ended(actor_ids, KILLED_ENDED_WAIT_LATER_S)
     except Exception as exc:  # Ray went away meanwhile: the beats are for `supervisor gc`
-        from ..errors import first_line
-        from ..observability.log import get_logger
+        from ...errors import first_line
+        from ...observability.log import get_logger
 
         get_logger("heartbeat").debug("heartbeats_not_cleared", actors=len(actor_ids), error=first_line(exc))
 

@@ -1,5 +1,5 @@
 """DataProto's key and row operations (select, pop, rename, union; index, chunk, split, concat,
-repeat, pad, iterate), as a base class of :class:`~supervisor.core.protocol_data.DataProto`.
+repeat, pad, iterate), as a base class of :class:`~supervisor.core.protocol.data.DataProto`.
 
 They act on ``batch`` and ``non_tensor_batch`` together, so row ``i`` of every column always
 describes the same sample; ``meta_info`` is shared with the result unless stated otherwise.
@@ -17,8 +17,8 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
+from .equality import _find_meta_conflict, _find_numpy_conflict, _find_tensor_conflict, _values_equal
 from .protocol_config import DataProtoError
-from .protocol_equality import _find_meta_conflict, _find_numpy_conflict, _find_tensor_conflict, _values_equal
 
 __all__ = ["DataProtoOperations"]
 
@@ -166,7 +166,7 @@ _DataProtoT = TypeVar("_DataProtoT", bound="DataProtoOperations")
 
 
 class DataProtoOperations:
-    """The key and row operations of :class:`~supervisor.core.protocol_data.DataProto`, which is the
+    """The key and row operations of :class:`~supervisor.core.protocol.data.DataProto`, which is the
     only class built on this one. The annotations say ``Self``: every operation returns the caller's
     own type (``type(self)(...)``)."""
 

@@ -2,12 +2,12 @@
 
 :func:`create_colocated_worker_cls` builds a Worker class that constructs every role's class inside
 itself and exposes each role's registered methods as ``{role}_{method}``. A group of that class is
-split into one group per role with :meth:`~supervisor.core.group.WorkerGroup.spawn`.
+split into one group per role with :meth:`~supervisor.core.group.group.WorkerGroup.spawn`.
 
 The fused variant (verl's): :func:`create_colocated_worker_raw_cls` builds a plain Worker class that
 constructs every role as an attribute (``self.actor``, ``self.critic``; a user class may derive from it
 and add methods that use several roles in-process). A group of it, marked ``fused_worker_used``, reaches
-a role's methods through the sub-groups :meth:`~supervisor.core.group.WorkerGroup.fuse` attaches
+a role's methods through the sub-groups :meth:`~supervisor.core.group.group.WorkerGroup.fuse` attaches
 (``group.actor.add(...)``); each call runs ``_fuw_execute("{role}_fwmn_{method}", ...)`` on the actors.
 """
 
@@ -16,12 +16,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from ..worker.dispatch_modes import Dispatch
+from ..worker.registration import MAGIC_ATTR
+from ..worker.worker_base import FUSED_EXECUTE_METHOD, FUSED_METHOD_SEPARATOR, Worker
 from .actor_class import ClassWithInitArgs, unwrap_actor_class
 from .binding import registered_methods
-from .decorator import MAGIC_ATTR
-from .modes import Dispatch
-from .worker import FUSED_EXECUTE_METHOD, FUSED_METHOD_SEPARATOR, Worker
 
 __all__ = ["FUSED_METHOD_SEPARATOR", "create_colocated_worker_cls", "create_colocated_worker_cls_fused", "create_colocated_worker_raw_cls"]
 

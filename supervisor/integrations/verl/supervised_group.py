@@ -3,7 +3,7 @@
 A drop-in for the installed verl's ``verl.single_controller.ray.RayWorkerGroup`` (same constructor),
 so verl's trainer takes it as ``ray_worker_group_cls`` and the classes it is given (verl's
 ``RayResourcePool``, ``RayClassWithInitArgs``, ``Worker`` subclasses decorated with verl's
-``register``) run unchanged. Underneath is our :class:`~supervisor.core.group.WorkerGroup`
+``register``) run unchanged. Underneath is our :class:`~supervisor.core.group.group.WorkerGroup`
 (:class:`VerlRanks`), created by :func:`~supervisor.supervision.lifecycle.create_group` and
 supervised by a :class:`~supervisor.supervision.supervisor.GroupSupervisor`; this object forwards
 everything else to it (bound methods, ``execute_all``, ``world_size``...).
@@ -28,13 +28,18 @@ import time
 from functools import partial
 from typing import Any
 
-from ...core.actor_class import ClassWithInitArgs
-from ...core.binding import BoundGroupMethod, registered_methods
-from ...core.dispatch import make_nd_compute_dataproto_dispatch_fn, mesh_of
-from ...core.env import verl_worker_env_vars
-from ...core.group import DEFAULT_NAMESPACE, WorkerGroup
-from ...core.protocol_family import ProtocolFamily, register_protocol_family
-from ...core.worker import MESH_INFO_METHOD, RUN_IN_ORDER_METHOD, SupervisedEndpoints, fused_method_name
+from ...core.group.actor_class import ClassWithInitArgs
+from ...core.group.binding import BoundGroupMethod, registered_methods
+from ...core.group.dispatch import make_nd_compute_dataproto_dispatch_fn, mesh_of
+from ...core.group.group import DEFAULT_NAMESPACE, WorkerGroup
+from ...core.group.protocol_family import ProtocolFamily, register_protocol_family
+from ...core.worker.env import verl_worker_env_vars
+from ...core.worker.worker_base import (
+    MESH_INFO_METHOD,
+    RUN_IN_ORDER_METHOD,
+    SupervisedEndpoints,
+    fused_method_name,
+)
 from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
@@ -49,7 +54,6 @@ from ...supervision.supervised_call import InFlightPolicy
 from ...supervision.supervisor import GroupSupervisor
 from .host import HostedGroup, current_host
 from .modes import read_verl_method_spec
-from .pool import POOL_NAME_ATTR, library_pool_of
 from .program_exit import stop_at_exit
 from .roles import (
     FUSED_WORKER,
@@ -64,6 +68,7 @@ from .roles import (
     trained_roles,
 )
 from .strategy import choose_strategy
+from .supervised_pool import POOL_NAME_ATTR, library_pool_of
 
 __all__ = ["SupervisedRayWorkerGroup", "VerlRanks", "DEFAULT_INIT_METHOD"]
 

@@ -21,6 +21,17 @@ defers that concatenation while the results are still in the Ray object store.
 The API follows ``verl.protocol``, so verl code ports by changing the import prefix.
 Misuse raises :class:`DataProtoError`: a ``SupervisorError`` and a ``ValueError``,
 and also an ``AssertionError`` because verl reported the same conditions with ``assert``.
+
+Owns: the batch protocol, one module per concern: the error and settings (:mod:`.protocol_config`),
+the container (:mod:`.data`, its key and row operations in :mod:`.ops`, deep equality in
+:mod:`.equality`), futures and batch chunking (:mod:`.futures`), the free functions (:mod:`.helpers`),
+serialization (:mod:`.serialization`) and TensorDict batches (:mod:`.tensordict_batches`). This
+package is where its names are found (see ``__module__`` below). Importing it imports torch and
+tensordict, so what must stay light (which families dispatch knows, putting objects into the object
+store) lives in :mod:`supervisor.core.group`.
+
+May import: ``errors`` (checked against the import graph by ``tests/test_layers.py``). Never
+``worker`` or ``group`` of core: both sides of a call use DataProto.
 """
 
 from __future__ import annotations
@@ -34,10 +45,9 @@ import numpy as np  # noqa: F401
 import ray  # noqa: F401
 from tensordict import TensorDict  # noqa: F401
 
-from .protocol_config import DataProtoConfig, DataProtoError
-from .protocol_data import DataProto, DataProtoItem
-from .protocol_futures import BatchData, DataProtoFuture, _take_chunk, _then, concat_batches
-from .protocol_helpers import (
+from .data import DataProto, DataProtoItem
+from .futures import BatchData, DataProtoFuture, _take_chunk, _then, concat_batches
+from .helpers import (
     all_gather_data_proto,
     collate_fn,
     fold_batch_dim,
@@ -47,7 +57,8 @@ from .protocol_helpers import (
     union_tensor_dict,
     unpad_dataproto,
 )
-from .protocol_serialization import (
+from .protocol_config import DataProtoConfig, DataProtoError
+from .serialization import (
     deserialize_single_tensor,
     deserialize_tensordict,
     receiving_views,
@@ -77,7 +88,7 @@ __all__ = [
     "unpad_dataproto",
 ]
 
-# The code lives in the protocol_* modules by concern; this module is where it is found (trio's
+# The code lives in this package's modules by concern; this module is where it is found (trio's
 # fixup_module_metadata does the same). Pickle names classes and functions by module and qualified
 # name: DataProtos and DataProtoFutures (with their collect and dispatch functions) travel through Ray
 # and DataProto.save_to_disk files, so they keep naming this module. Their pickles read the same as

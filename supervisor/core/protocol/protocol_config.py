@@ -10,7 +10,7 @@ import os
 
 import tensordict
 
-from ..errors import SupervisorError
+from ...errors import SupervisorError
 
 __all__ = ["DataProtoConfig", "DataProtoError"]
 
