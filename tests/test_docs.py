@@ -110,7 +110,7 @@ def test_the_spec_reference_has_every_field_with_a_description():
     for table in tables:
         for key, prop in table["properties"].items():
             assert f"| `{key}` |" in text, key
-            assert prop.get("description"), f"spec field {key!r} has no comment in supervisor/daemon/spec.py"
+            assert prop.get("description"), f"spec field {key!r} has no docstring in supervisor/daemon/spec.py"
 
 
 def test_the_metrics_reference_has_every_metric_with_when_it_is_recorded():

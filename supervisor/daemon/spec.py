@@ -23,7 +23,6 @@ own table wins over its pool's. ``supervisor.name`` is optional there.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import enum
 import importlib
@@ -36,7 +35,10 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from ..core.worker.actor_heartbeat import HEARTBEAT_PERIOD_S
 from ..core.worker.cpu_priority import NICE_MAX
@@ -97,7 +99,45 @@ class SpecError(ConfigError):
 
 
 # -- the typed spec ----------------------------------------------------------------------------
-# A field's default is its documented default; ``None`` for a float means "no limit" (``inf`` in TOML).
+# Each table is a pydantic dataclass: its fields' types, defaults and descriptions (the docstring below
+# each field) are what the loader checks and what the JSON Schema (spec_schema.py) and the docs show.
+# A value must have its field's type as written: TOML and YAML say what they mean, so "1" is not 1 and
+# 1.0 is not 1. ``None`` for a float means "no limit" (``inf`` in TOML, ``.inf`` or null in YAML).
+
+
+def _caseless(kind: type[enum.Enum]) -> BeforeValidator:
+    """An enum field given by its value or its name, in any case (``spread``, ``SPREAD``)."""
+
+    def member(value: Any) -> Any:
+        if isinstance(value, str):
+            return next((m for m in kind if value.lower() in (m.value.lower(), m.name.lower())), value)
+        return value
+
+    return BeforeValidator(member)
+
+
+def _not_nan(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError("nan is not a number of anything")
+    return value
+
+
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
+_NOT_NAN = BeforeValidator(_not_nan)  # after the bounds in the list, but run before them: nan is no number
+Number = Annotated[float, Strict(), _NOT_NAN]  # an integer is a number too (made a float)
+Positive = Annotated[float, Strict(), Field(gt=0), _NOT_NAN]
+NonNegative = Annotated[float, Strict(), Field(ge=0), _NOT_NAN]
+Count = Annotated[Int, Field(ge=0)]
+_UNLIMITED = BeforeValidator(lambda v: None if v == math.inf else v)  # inf: no limit (None)
+Limit = Annotated[Positive | None, _UNLIMITED]
+_TABLE = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_by_name=True, validate_by_alias=True)
+
+
+def _config(*required: str) -> ConfigDict:
+    """A table's model settings; ``required``: the keys the schema marks required (the loader says why each is)."""
+    return ConfigDict(**_TABLE, json_schema_extra={"required": list(required)} if required else None)
 
 
 class SigtermAction(enum.Enum):
@@ -108,69 +148,77 @@ class SigtermAction(enum.Enum):
     DETACH = "detach"
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_config())
 class SupervisorSection:
     """``[supervisor]``: identity and liveness of the daemon."""
 
-    # 1-64 letters, digits, `_`, `-` (required); names the pools (`name.pool`), the actor namespace (`supervisor.name`) and the record
-    name: str = ""
-    heartbeat_interval_s: float = 1.0  # how often the daemon refreshes its state record
-    # Silent for longer than this (on the owner fence's clock; more than 2 heartbeats): the daemon is
-    # gone, a new start takes the job over and `gc` may collect it
-    orphan_grace_s: float = 30.0
-    # A detached job waits this long for the next start before `gc` may collect it.
-    detached_grace_s: float = DEFAULT_DETACHED_GRACE_S
-    # `detach`: SIGTERM makes the daemon exit 0 and leave the job to the next start (Kubernetes rollouts, node drains); `supervisor stop` still tears down
-    on_sigterm: SigtermAction = SigtermAction.TEARDOWN
-    # The cluster's GCS unreachable (restarting under GCS fault tolerance) for longer than this: the
-    # daemon exits, leaving the job in place. Below Ray's own RAY_gcs_rpc_server_reconnect_timeout_s
-    # (60 s by default), after which Ray ends every process that cannot reach the GCS, this one too.
-    gcs_outage_grace_s: float = 45.0
+    name: Str = ""
+    """1-64 letters, digits, `_`, `-` (required); names the pools (`name.pool`), the actor namespace (`supervisor.name`) and the record"""
+    heartbeat_interval_s: Positive = 1.0
+    """How often the daemon refreshes its state record"""
+    orphan_grace_s: Positive = 30.0
+    """Silent for longer than this (on the owner fence's clock; more than 2 heartbeats): the daemon is gone,
+    a new start takes the job over and `gc` may collect it"""
+    detached_grace_s: Positive = DEFAULT_DETACHED_GRACE_S
+    """A detached job waits this long for the next start before `gc` may collect it."""
+    on_sigterm: Annotated[SigtermAction, _caseless(SigtermAction)] = SigtermAction.TEARDOWN
+    """`detach`: SIGTERM makes the daemon exit 0 and leave the job to the next start (Kubernetes rollouts, node drains);
+    `supervisor stop` still tears down"""
+    gcs_outage_grace_s: Positive = 45.0
+    """The cluster's GCS unreachable (restarting under GCS fault tolerance) for longer than this: the daemon exits,
+    leaving the job in place. Below Ray's own RAY_gcs_rpc_server_reconnect_timeout_s (60 s by default), after which
+    Ray ends every process that cannot reach the GCS, this one too."""
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_config())
 class RaySpec:
     """``[ray]``: the cluster, or the embedded local Ray started when ``address`` is absent."""
 
-    # The cluster's address; unset: an embedded local Ray on 127.0.0.1 with token authentication (`--address` and `$RAY_ADDRESS` override)
-    address: str | None = None
-    # Embedded Ray: raylets on this machine (multi-node placement, node loss and drift without a cluster)
-    local_nodes: int = 1
-    num_cpus: int = 4  # per local node
-    num_gpus: int = 0  # per local node (declared; scheduled like real ones)
-    resources: dict[str, float] = field(default_factory=dict)  # extra custom resources per local node
-    python_path: list[str] = field(default_factory=list)  # dirs (relative to the spec) workers import from
-    # The token of an existing cluster with token authentication (relative to the spec). Ray's own
-    # RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH win when set; an embedded Ray always makes its own token.
-    auth_token_path: str | None = None
+    address: Str | None = None
+    """The cluster's address; unset: an embedded local Ray on 127.0.0.1 with token authentication
+    (`--address` and `$RAY_ADDRESS` override)"""
+    local_nodes: Annotated[Int, Field(ge=1)] = 1
+    """Embedded Ray: raylets on this machine (multi-node placement, node loss and drift without a cluster)"""
+    num_cpus: Annotated[Int, Field(gt=0)] = 4
+    """Per local node"""
+    num_gpus: Count = 0
+    """Per local node (declared; scheduled like real ones)"""
+    resources: dict[str, Number] = field(default_factory=dict)
+    """Extra custom resources per local node"""
+    python_path: list[Str] = field(default_factory=list)
+    """Dirs (relative to the spec) workers import from"""
+    auth_token_path: Str | None = None
+    """The token of an existing cluster with token authentication (relative to the spec). Ray's own
+    RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH win when set; an embedded Ray always makes its own token."""
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_config("process_on_nodes"))
 class PoolSpec:
     """``[pools.NAME]``: one detached resource pool."""
 
-    # Ranks per placement group (node), e.g. `[4, 4]` (required)
-    process_on_nodes: list[int] = field(default_factory=list)
-    # One GPU per bundle
-    use_gpu: bool = True
-    # Groups that may share a bundle (each worker asks 1/max_colocate_count GPU)
-    max_colocate_count: int = 1
-    # The placement groups' strategy
-    strategy: PlacementStrategy = PlacementStrategy.STRICT_PACK
-    # create_group's lenient wait for the placement groups (`inf`: no limit)
-    resource_timeout_s: float | None = RESOURCE_TIMEOUT_S
-    # Cadence of the "waiting for resources" diagnosis
-    progress_interval_s: float = 10.0
-    # The cluster may grow: never judge a demand infeasible
-    autoscaling: bool = False
-    capacity_factor: float = 1.0  # >1: spare bundles beyond the ranks' (reserved, idle until a failure)
+    process_on_nodes: list[Int] = field(default_factory=list)
+    """Ranks per placement group (node), e.g. `[4, 4]` (required)"""
+    use_gpu: Bool = True
+    """One GPU per bundle"""
+    max_colocate_count: Int = 1
+    """Groups that may share a bundle (each worker asks 1/max_colocate_count GPU)"""
+    strategy: Annotated[PlacementStrategy, _caseless(PlacementStrategy)] = PlacementStrategy.STRICT_PACK
+    """The placement groups' strategy"""
+    resource_timeout_s: Limit = RESOURCE_TIMEOUT_S
+    """Create_group's lenient wait for the placement groups (`inf`: no limit)"""
+    progress_interval_s: Positive = 10.0
+    """Cadence of the "waiting for resources" diagnosis"""
+    autoscaling: Bool = False
+    """The cluster may grow: never judge a demand infeasible"""
+    capacity_factor: Number = 1.0
+    """>1: spare bundles beyond the ranks' (reserved, idle until a failure)"""
 
     @property
     def spare_bundles(self) -> int:
         return max(0, spare_bundle_count(sum(self.process_on_nodes), self.capacity_factor))
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_config("pool", "class"))
 class GroupSpec:
     """``[groups.NAME]``: one detached worker group in a pool, and how it is supervised.
 
@@ -178,63 +226,82 @@ class GroupSpec:
     SupervisionConfig).
     """
 
-    # The pool the group's ranks go to (required)
-    pool: str = ""
-    worker_class: str = ""  # "module:Class" (the TOML key is ``class``)
-    # Positional arguments of the worker class's constructor
+    pool: Str = ""
+    """The pool the group's ranks go to (required)"""
+    worker_class: Str = Field("", alias="class")  # `class` is a Python keyword
+    '''"module:Class"'''
     args: list[Any] = field(default_factory=list)
-    # Keyword arguments of the worker class's constructor
+    """Positional arguments of the worker class's constructor"""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    # Extra environment variables of the workers (the contract variables cannot be overridden)
-    env: dict[str, str] = field(default_factory=dict)
-    preload: list[str] = field(default_factory=list)  # modules a zygote per node imports once, shared by the job's groups of the same preload; every fresh rank is forked from it
-    cpus_per_worker: float = 1.0  # reserved in the bundle (Ray's num_cpus)
-    gpus_per_worker: float | None = None  # reserved in the bundle; None: 1/max_colocate_count of the pool
-    data_processes_per_worker: int = 0  # processes each worker starts itself (data loaders), ~1 CPU each
-    # How long an actor may take to start once its bundle is ready
-    actor_start_timeout_s: float = ACTOR_START_TIMEOUT_S
-    # Run on every rank after start, and on every replacement
-    init_method: str | None = None
-    # Keyword arguments of the init method
+    """Keyword arguments of the worker class's constructor"""
+    env: dict[str, Str] = field(default_factory=dict)
+    """Extra environment variables of the workers (the contract variables cannot be overridden)"""
+    preload: list[Str] = field(default_factory=list)
+    """Modules a zygote per node imports once, shared by the job's groups of the same preload; every fresh rank is forked from it"""
+    cpus_per_worker: NonNegative = 1.0
+    """Reserved in the bundle (Ray's num_cpus)"""
+    gpus_per_worker: Annotated[NonNegative | None, _UNLIMITED] = None
+    """Reserved in the bundle; None: 1/max_colocate_count of the pool"""
+    data_processes_per_worker: Count = 0
+    """Processes each worker starts itself (data loaders), ~1 CPU each"""
+    actor_start_timeout_s: Positive = ACTOR_START_TIMEOUT_S
+    """How long an actor may take to start once its bundle is ready"""
+    init_method: Str | None = None
+    """Run on every rank after start, and on every replacement"""
     init_kwargs: dict[str, Any] = field(default_factory=dict)
-    # init_group's per-worker timeout
-    init_timeout_s: float = InitPolicy.timeout_s
-    # init_group's attempts per worker
-    init_attempts: int = InitPolicy.attempts
-    # `one_for_one`: replace the failed rank; `one_for_all`: replace every rank
-    restart_strategy: RestartStrategy = RestartPolicy.strategy
-    # Restart budget: past this many restarts within restart_window_s the group is FAILED and the daemon exits 1
-    max_restarts: int = RestartPolicy.max_restarts
-    # The sliding window of the restart budget
-    restart_window_s: float = RestartPolicy.restart_window_s
-    # Backoff before the second consecutive restart of one rank (doubling)
-    backoff_initial_s: float = RestartPolicy.backoff_initial_s
-    # Bound on the backoff between consecutive restarts of one rank
-    backoff_max_s: float = RestartPolicy.backoff_max_s
-    # How often the ranks' heartbeats are read
-    probe_period_s: float = SupervisionConfig.probe_period_s
-    # No new beat for this long (at least 2 s) is a hang
-    probe_timeout_s: float = SupervisionConfig.probe_timeout_s
-    # A rank silent this long inside a blocking call is hung (`inf`: no limit)
-    call_timeout_s: float | None = SupervisionConfig.call_timeout_s
-    in_flight: InFlightPolicy | None = None  # None: retry idempotent methods, raise otherwise
-    # Called on every rank at teardown, bounded by shutdown_timeout_s
-    shutdown_method: str | None = None
-    # Bound on the shutdown method
-    shutdown_timeout_s: float = 10.0
-    standbys: int = SupervisionConfig.standbys  # pre-started actors in the pool's spare bundles, taking over failed ranks
-    standby_warmup_method: str | None = None  # run by each standby before it is ready: the rank-independent part of the init
-    standby_reach: StandbyReach = SupervisionConfig.standby_reach  # which standbys may take over a rank whose bundle is placed: on its node only, or on any node (the rank may move)
-    standby_nice: int = SupervisionConfig.standby_nice  # CPU priority lowered by this (nice) while a standby starts and warms up; 0: not lowered
-    standby_sched_idle: bool = SupervisionConfig.standby_sched_idle  # a standby also runs under SCHED_IDLE while it starts and warms up: only on CPU time no rank wants
-    standby_preload: list[str] = field(default_factory=list)  # modules a zygote per node imports once; standbys are forked from it
-    state: StateKind = StateConfig.kind  # what the ranks hold that training changed: none, replicated (every rank the same: DDP), sharded (each rank its part: FSDP, ZeRO)
-    snapshot_every: int = StateConfig.snapshot_every  # in-memory snapshot at every this many step boundaries of the driver (ctx.step_boundary); 0: none
-    snapshot_memory_mb: float = StateConfig.snapshot_memory_mb  # bound on what the group's kept snapshots take in the keepers (both copies, all kept steps)
-    disk_dir: str | None = StateConfig.disk_dir  # directory of the disk fallback (torch.distributed.checkpoint; relative to the spec; shared storage on a real cluster)
-    disk_snapshot_every: int = StateConfig.disk_snapshot_every  # disk snapshot at every this many step boundaries; 0: none
-    drain_hand_over: bool = DrainPolicy.hand_over  # a rank on a node being drained (a preemption notice) is handed over to a successor elsewhere at the next call boundary
-    drain_min_notice_s: float = DrainPolicy.min_notice_s  # less time than this before a drain's deadline: no hand-over (said so; recovered when the node goes)
+    """Keyword arguments of the init method"""
+    init_timeout_s: Positive = InitPolicy.timeout_s
+    """Init_group's per-worker timeout"""
+    init_attempts: Annotated[Int, Field(ge=1)] = InitPolicy.attempts
+    """Init_group's attempts per worker"""
+    restart_strategy: Annotated[RestartStrategy, _caseless(RestartStrategy)] = RestartPolicy.strategy
+    """`one_for_one`: replace the failed rank; `one_for_all`: replace every rank"""
+    max_restarts: Count = RestartPolicy.max_restarts
+    """Restart budget: past this many restarts within restart_window_s the group is FAILED and the daemon exits 1"""
+    restart_window_s: Positive = RestartPolicy.restart_window_s
+    """The sliding window of the restart budget"""
+    backoff_initial_s: NonNegative = RestartPolicy.backoff_initial_s
+    """Backoff before the second consecutive restart of one rank (doubling)"""
+    backoff_max_s: NonNegative = RestartPolicy.backoff_max_s
+    """Bound on the backoff between consecutive restarts of one rank"""
+    probe_period_s: Positive = SupervisionConfig.probe_period_s
+    """How often the ranks' heartbeats are read"""
+    probe_timeout_s: Positive = SupervisionConfig.probe_timeout_s
+    """No new beat for this long (at least 2 s) is a hang"""
+    call_timeout_s: Limit = SupervisionConfig.call_timeout_s
+    """A rank silent this long inside a blocking call is hung (`inf`: no limit)"""
+    in_flight: Annotated[InFlightPolicy | None, _caseless(InFlightPolicy)] = None
+    """None: retry idempotent methods, raise otherwise"""
+    shutdown_method: Str | None = None
+    """Called on every rank at teardown, bounded by shutdown_timeout_s"""
+    shutdown_timeout_s: Positive = 10.0
+    """Bound on the shutdown method"""
+    standbys: Count = SupervisionConfig.standbys
+    """Pre-started actors in the pool's spare bundles, taking over failed ranks"""
+    standby_warmup_method: Str | None = None
+    """Run by each standby before it is ready: the rank-independent part of the init"""
+    standby_reach: Annotated[StandbyReach, _caseless(StandbyReach)] = SupervisionConfig.standby_reach
+    """Which standbys may take over a rank whose bundle is placed: on its node only, or on any node (the rank may move)"""
+    standby_nice: Int = SupervisionConfig.standby_nice
+    """CPU priority lowered by this (nice) while a standby starts and warms up; 0: not lowered"""
+    standby_sched_idle: Bool = SupervisionConfig.standby_sched_idle
+    """A standby also runs under SCHED_IDLE while it starts and warms up: only on CPU time no rank wants"""
+    standby_preload: list[Str] = field(default_factory=list)
+    """Modules a zygote per node imports once; standbys are forked from it"""
+    state: Annotated[StateKind, _caseless(StateKind)] = StateConfig.kind
+    """What the ranks hold that training changed: none, replicated (every rank the same: DDP), sharded (each rank its part: FSDP, ZeRO)"""
+    snapshot_every: Count = StateConfig.snapshot_every
+    """In-memory snapshot at every this many step boundaries of the driver (ctx.step_boundary); 0: none"""
+    snapshot_memory_mb: Positive = StateConfig.snapshot_memory_mb
+    """Bound on what the group's kept snapshots take in the keepers (both copies, all kept steps)"""
+    disk_dir: Str | None = StateConfig.disk_dir
+    """Directory of the disk fallback (torch.distributed.checkpoint; relative to the spec; shared storage on a real cluster)"""
+    disk_snapshot_every: Count = StateConfig.disk_snapshot_every
+    """Disk snapshot at every this many step boundaries; 0: none"""
+    drain_hand_over: Bool = DrainPolicy.hand_over
+    """A rank on a node being drained (a preemption notice) is handed over to a successor elsewhere at the next call boundary"""
+    drain_min_notice_s: NonNegative = DrainPolicy.min_notice_s
+    """Less time than this before a drain's deadline: no hand-over (said so; recovered when the node goes)"""
 
     def state_config(self, base_dir: Path) -> StateConfig:
         disk = str((base_dir / self.disk_dir).resolve()) if self.disk_dir else None
@@ -279,29 +346,32 @@ class GroupSpec:
         )
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_config())
 class MetricsSpec:
     """``[metrics]``: where the Prometheus exporter listens (port 0: any free port; see the log)."""
 
-    # Serve the Prometheus exporter
-    enabled: bool = True
-    # Where it listens; off loopback without TLS logs `metrics_exposed_without_tls` at start
-    host: str = "127.0.0.1"
-    # 0: a free port, logged as `metrics_serving` and shown by `status`; two daemons on one host need different ports
-    port: int = 9400
-    linger_s: float = 30.0  # after a failed exit, keep /metrics up this long so the failure is scraped (a second signal cuts it short)
-    tls_cert: str | None = None  # PEM certificate (relative to the spec): serve HTTPS, for scrapers on other hosts
-    tls_key: str | None = None  # its PEM private key (tls_cert and tls_key: both or neither)
+    enabled: Bool = True
+    """Serve the Prometheus exporter"""
+    host: Str = "127.0.0.1"
+    """Where it listens; off loopback without TLS logs `metrics_exposed_without_tls` at start"""
+    port: Annotated[Int, Field(ge=0, le=65535)] = 9400
+    """0: a free port, logged as `metrics_serving` and shown by `status`; two daemons on one host need different ports"""
+    linger_s: NonNegative = 30.0
+    """After a failed exit, keep /metrics up this long so the failure is scraped (a second signal cuts it short)"""
+    tls_cert: Str | None = None
+    """PEM certificate (relative to the spec): serve HTTPS, for scrapers on other hosts"""
+    tls_key: Str | None = None
+    """Its PEM private key (tls_cert and tls_key: both or neither)"""
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_config("function"))
 class DriverSpec:
     """``[driver]``: a ``module:function`` the daemon runs once the groups are ready."""
 
-    # `module:function` run once the groups are ready (required)
-    function: str = ""
-    # Passed to the driver as `ctx.args`
+    function: Str = ""
+    """`module:function` run once the groups are ready (required)"""
     args: dict[str, Any] = field(default_factory=dict)
+    """Passed to the driver as `ctx.args`"""
 
 
 @dataclass(frozen=True)
@@ -388,7 +458,6 @@ class SupervisorSpec:
 
 # -- loading and validation --------------------------------------------------------------------
 
-TOML_KEYS = {"worker_class": "class"}  # dataclass field -> TOML key, where Python reserves the word
 _SUPERVISOR_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SECTIONS = {"supervisor", "ray", "pools", "groups", "metrics", "driver"}
 _RUN_SECTIONS = {"supervisor", "ray", "run"}
@@ -449,23 +518,21 @@ def parse_spec(
     # From here on only tables are looked into: a section of the wrong type was reported above.
     tables = {key: _table(raw, key, problems) for key in ("supervisor", "ray", "metrics")}
     named = {key: _named_tables(raw, key, problems) for key in ("pools", "groups")}
-    supervisor = _build(SupervisorSection, tables["supervisor"], "supervisor", problems)
-    ray = _build(RaySpec, tables["ray"], "ray", problems)
-    pools = {n: _build(PoolSpec, t, f"pools.{_key(n)}", problems) for n, t in named["pools"].items()}
-    groups = {n: _build(GroupSpec, t, f"groups.{_key(n)}", problems) for n, t in named["groups"].items()}
-    metrics = _build(MetricsSpec, tables["metrics"], "metrics", problems)
+    bounds: list[str] = []  # values out of their field's bounds: reported with the rules below, in document order
+    supervisor = _build(SupervisorSection, tables["supervisor"], "supervisor", problems, bounds)
+    ray = _build(RaySpec, tables["ray"], "ray", problems, bounds)
+    pools = {n: _build(PoolSpec, t, f"pools.{_key(n)}", problems, bounds) for n, t in named["pools"].items()}
+    groups = {n: _build(GroupSpec, t, f"groups.{_key(n)}", problems, bounds) for n, t in named["groups"].items()}
+    metrics = _build(MetricsSpec, tables["metrics"], "metrics", problems, bounds)
     driver_raw = _table(raw, "driver", problems) if "driver" in raw else None
-    driver = _build(DriverSpec, driver_raw, "driver", problems) if driver_raw is not None else None
-    run_section = _run_section(raw, problems) if run else None
+    driver = _build(DriverSpec, driver_raw, "driver", problems, bounds) if driver_raw is not None else None
+    run_section = _run_section(raw, problems, bounds) if run else None
     spec = SupervisorSpec(supervisor, ray, pools, groups, metrics, driver, base_dir or Path("."), run_section)
     # A field whose type is wrong kept its default; rules about its value would only add noise.
     mistyped = {p.partition(": ")[0] for p in problems}
     raw_tables = {**tables, **named, "driver": driver_raw}
-    problems += [
-        p
-        for p in _check_semantics(spec, raw_tables, bool(named["pools"]) or "pools" not in raw, run)
-        if not _under(p.partition(": ")[0], mistyped)
-    ]
+    rules = _check_semantics(spec, raw_tables, bool(named["pools"]) or "pools" not in raw, run)
+    problems += sorted((p for p in bounds + rules if not _under(p.partition(": ")[0], mistyped)), key=_document_order(spec))
     if check_budget and not problems:  # the budget is only meaningful over valid numbers
         problems += [f"pools.{pool}: {arithmetic}" for pool, arithmetic in bundle_misfits(spec.bundles(), spec.worker_budgets())]
     if check_imports and not problems:
@@ -475,20 +542,39 @@ def parse_spec(
     return spec
 
 
-def _run_section(raw: dict[str, Any], problems: list[str]) -> RunSection:
+def _run_section(raw: dict[str, Any], problems: list[str], bounds: list[str]) -> RunSection:
     table = _table(raw, "run", problems)
     _unknown_keys(table, {"groups"}, "run.", problems)
-    group_keys = {TOML_KEYS.get(f.name, f.name) for f in dataclasses.fields(GroupSpec)}
+    group_keys = set(_toml_hints(GroupSpec))
     groups, strategy_set = {}, set()
     for name, group in _named_tables(table, "groups", problems).items():
         path = f"run.groups.{_key(name)}"
         for key in group:
             if key in group_keys - RUN_GROUP_KEYS:
                 problems.append(f"{path}.{key}: only for `supervisor start`'s [groups.NAME] (a run's program places and builds its groups)")
-        groups[name] = _build(GroupSpec, {k: v for k, v in group.items() if k not in group_keys - RUN_GROUP_KEYS}, path, problems)
+        groups[name] = _build(GroupSpec, {k: v for k, v in group.items() if k not in group_keys - RUN_GROUP_KEYS}, path, problems, bounds)
         if "restart_strategy" in group:
             strategy_set.add(name)
     return RunSection(groups, frozenset(strategy_set))
+
+
+def _document_order(spec: SupervisorSpec) -> Callable[[str], tuple[int, int]]:
+    """Sort key of a problem line: its table's place in the document, then its field's in the table."""
+    tables: dict[str, Any] = {"supervisor": SupervisorSection, "ray": RaySpec, "pools": None}
+    tables.update({f"pools.{name}": PoolSpec for name in spec.pools} | {"groups": None})
+    tables.update({f"groups.{name}": GroupSpec for name in spec.groups} | {"metrics": MetricsSpec, "driver": DriverSpec})
+    tables.update({f"run.groups.{name}": GroupSpec for name in (spec.run.groups if spec.run else {})})
+    places = {path: i for i, path in enumerate(tables)}
+
+    def key(problem: str) -> tuple[int, int]:
+        path = problem.partition(": ")[0]
+        table, _, key = path.rpartition(".")
+        if path in places or table not in places:
+            return places.get(path, len(places)), -1
+        keys = list(_toml_hints(tables[table]))
+        return places[table], keys.index(key) if key in keys else len(keys)
+
+    return key
 
 
 def _under(path: str, roots: set[str]) -> bool:
@@ -531,60 +617,42 @@ def _unknown_keys(table: dict[str, Any], known: set[str], path: str, problems: l
             problems.append(f"{path}{_key(key)}: unknown key{hint}")
 
 
-def _build(cls: Any, table: dict[str, Any], path: str, problems: list[str]) -> Any:
-    """Build dataclass ``cls`` from a TOML table, type-checking each value against its annotation."""
-    hints = typing.get_type_hints(cls)
-    fields = {TOML_KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}
-    _unknown_keys(table, set(fields), f"{path}.", problems)
-    values: dict[str, Any] = {}
-    for key, f in fields.items():
-        if key not in table:
-            continue
-        ok, value = _convert(table[key], hints[f.name])
-        if ok:
-            values[f.name] = value
+def _build(cls: Any, table: dict[str, Any], path: str, problems: list[str], bounds: list[str]) -> Any:
+    """Model ``cls`` from a table: an unknown key or a value of the wrong type is one problem each (a
+    value out of its field's bounds one in ``bounds``), and the field keeps its default (so the rules
+    about the other fields still run)."""
+    try:
+        return TypeAdapter(cls).validate_python(table, by_name=False)  # the TOML key, `class` not `worker_class`
+    except ValidationError as exc:
+        rejected = {error["loc"][0]: error["type"] for error in exc.errors()}  # a list or table is one value
+    hints = _toml_hints(cls)
+    for key, kind in sorted(rejected.items(), key=lambda item: item[1] != "unexpected_keyword_argument"):
+        if kind == "unexpected_keyword_argument":
+            _unknown_keys({key: None}, set(hints), f"{path}.", problems)
+        elif kind in ("greater_than", "greater_than_equal", "less_than_equal"):
+            bounds.append(f"{path}.{key}: must be {_bounds(cls, str(key))}, got {_number(table[key])}")
         else:
-            problems.append(f"{path}.{key}: expected {_type_name(hints[f.name])}, got {_describe(table[key])}")
-    return cls(**values)
+            problems.append(f"{path}.{key}: expected {_type_name(hints[str(key)])}, got {_describe(table[key])}")
+    return TypeAdapter(cls).validate_python({k: v for k, v in table.items() if k not in rejected}, by_name=False)
 
 
-def _convert(value: Any, hint: Any) -> tuple[bool, Any]:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)][0]
-        if value is None:  # YAML's null (TOML has none): the field's "not set"
-            return True, None
-        if inner is float and isinstance(value, float) and math.isinf(value) and value > 0:
-            return True, None  # `inf` in TOML (`.inf` in YAML): no limit
-        return _convert(value, inner)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        if isinstance(value, str):
-            for member in hint:
-                if value.lower() in (member.value.lower(), member.name.lower()):
-                    return True, member
-        return False, None
-    if hint is bool:
-        return isinstance(value, bool), value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
-        return ok, float(value) if ok else None
-    if hint is str:
-        return isinstance(value, str), value
-    if origin is list:
-        if not isinstance(value, list):
-            return False, None
-        converted = [_convert(v, args[0]) for v in value]
-        return all(ok for ok, _ in converted), [v for _, v in converted]
-    if origin is dict:
-        if not isinstance(value, dict):
-            return False, None
-        converted = {k: _convert(v, args[1]) for k, v in value.items()}
-        return all(ok for ok, _ in converted.values()), {k: v for k, (_, v) in converted.items()}
-    if hint is Any:
-        return True, value
-    raise TypeError(f"spec field type {hint!r} is not supported")  # a bug in this module, not user input
+def _bounds(cls: Any, key: str) -> str:
+    """A field's bounds as its schema states them, and a problem line says them: ``> 0``, ``>= 1``, ``0..65535``."""
+    prop = TypeAdapter(cls).json_schema(by_alias=True)["properties"][key]
+    prop = next(p for p in prop.get("anyOf", [prop]) if p.get("type") != "null")  # an optional number's number
+    if "maximum" in prop:
+        return f"{prop['minimum']}..{prop['maximum']}"
+    return f"> {prop['exclusiveMinimum']}" if "exclusiveMinimum" in prop else f">= {prop['minimum']}"
+
+
+def _number(value: int | float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _toml_hints(cls: Any) -> dict[str, Any]:
+    """A table's keys (a field's alias where Python reserves its name) and their types."""
+    hints = typing.get_type_hints(cls)
+    return {info.alias or name: hints[name] for name, info in cls.__pydantic_fields__.items()}
 
 
 def _type_name(hint: Any) -> str:
@@ -621,21 +689,13 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
         except (ConfigError, ValueError) as exc:
             problems.append(f"{path}: {exc}")
 
-    def positive(path: str, value: float | None, allow_zero: bool = False) -> None:
-        if value is not None and (value < 0 or (value == 0 and not allow_zero)):
-            problems.append(f"{path}: must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
-
     sup = spec.supervisor
     if "name" not in raw["supervisor"]:
         if not run:  # a run without a name gets one made up
             problems.append("supervisor.name: required (it names the pools, actors and state record)")
     elif supervisor_name_problem(sup.name):
         problems.append(f"supervisor.name: {supervisor_name_problem(sup.name)}")
-    positive("supervisor.heartbeat_interval_s", sup.heartbeat_interval_s)
-    positive("supervisor.orphan_grace_s", sup.orphan_grace_s)
-    positive("supervisor.detached_grace_s", sup.detached_grace_s)
-    positive("supervisor.gcs_outage_grace_s", sup.gcs_outage_grace_s)
-    if 0 < sup.heartbeat_interval_s and 0 < sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
+    if sup.orphan_grace_s <= sup.heartbeat_interval_s * 2:
         problems.append(
             f"supervisor.orphan_grace_s: must exceed twice heartbeat_interval_s ({sup.heartbeat_interval_s:g}s), got {sup.orphan_grace_s:g}"
         )
@@ -644,10 +704,6 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
         local_keys = sorted(k for k in ("local_nodes", "num_cpus", "num_gpus", "resources") if k in ray_raw)
         if local_keys:
             problems.append(f"ray.{local_keys[0]}: only for an embedded local Ray; remove it or remove ray.address")
-    if spec.ray.local_nodes < 1:
-        problems.append(f"ray.local_nodes: must be >= 1, got {spec.ray.local_nodes}")
-    positive("ray.num_cpus", spec.ray.num_cpus)
-    positive("ray.num_gpus", spec.ray.num_gpus, allow_zero=True)
     if not spec.pools and pools_ok and not run:
         problems.append("pools: at least one pool is required ([pools.NAME])")
     for name, pool in spec.pools.items():
@@ -658,8 +714,6 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             check(f"{path}.process_on_nodes", lambda p=pool: check_process_on_nodes(p.process_on_nodes))
         check(f"{path}.max_colocate_count", lambda p=pool: bundle_resources(p.max_colocate_count, p.use_gpu))
         check(f"{path}.capacity_factor", lambda p=pool: check_capacity_factor(p.capacity_factor))
-        positive(f"{path}.resource_timeout_s", pool.resource_timeout_s)
-        positive(f"{path}.progress_interval_s", pool.progress_interval_s)
     if not spec.groups and not run:
         problems.append("groups: at least one group is required ([groups.NAME])")
     described = {f"groups.{n}": (g, raw["groups"][n]) for n, g in spec.groups.items()}
@@ -678,28 +732,14 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.class: required ('module:Class' of the worker)")
         elif isinstance(group.worker_class, str) and not _is_import_path(group.worker_class):
             problems.append(f"{path}.class: expected 'module:Class', got {group.worker_class!r}")
-        for key in ("actor_start_timeout_s", "init_timeout_s", "restart_window_s", "probe_period_s", "probe_timeout_s", "call_timeout_s", "shutdown_timeout_s"):
-            positive(f"{path}.{key}", getattr(group, key))
-        if group.probe_timeout_s is not None and 0 < group.probe_timeout_s < 2 * HEARTBEAT_PERIOD_S:
+        if group.probe_timeout_s < 2 * HEARTBEAT_PERIOD_S:
             problems.append(
                 f"{path}.probe_timeout_s: must be at least two heartbeat periods ({2 * HEARTBEAT_PERIOD_S:g}s), "
                 f"got {group.probe_timeout_s:g}"
             )
-        positive(f"{path}.backoff_initial_s", group.backoff_initial_s, allow_zero=True)
-        positive(f"{path}.backoff_max_s", group.backoff_max_s, allow_zero=True)
-        positive(f"{path}.cpus_per_worker", group.cpus_per_worker, allow_zero=True)
-        positive(f"{path}.gpus_per_worker", group.gpus_per_worker, allow_zero=True)
-        if group.data_processes_per_worker < 0:
-            problems.append(f"{path}.data_processes_per_worker: must be >= 0, got {group.data_processes_per_worker}")
         if group.gpus_per_worker and group.pool in spec.pools and not spec.pools[group.pool].use_gpu:
             problems.append(f"{path}.gpus_per_worker: pool {group.pool!r} has use_gpu = false")
-        if group.init_attempts < 1:
-            problems.append(f"{path}.init_attempts: must be >= 1, got {group.init_attempts}")
-        if group.max_restarts < 0:
-            problems.append(f"{path}.max_restarts: must be >= 0, got {group.max_restarts}")
-        if group.standbys < 0:
-            problems.append(f"{path}.standbys: must be >= 0, got {group.standbys}")
-        elif group.standbys and group.pool in spec.pools and group.standbys > spec.pools[group.pool].spare_bundles:
+        if group.standbys and group.pool in spec.pools and group.standbys > spec.pools[group.pool].spare_bundles:
             pool = spec.pools[group.pool]
             problems.append(
                 f"{path}.standbys: {group.standbys} standby(s) need as many spare bundles, pool {group.pool!r} reserves "
@@ -711,8 +751,6 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
             problems.append(f"{path}.standby_warmup_method: given without standbys")
         if group.standby_reach is not StandbyReach.SAME_NODE and not group.standbys:
             problems.append(f"{path}.standby_reach: given without standbys")
-        if group.drain_min_notice_s < 0:
-            problems.append(f"{path}.drain_min_notice_s: must be >= 0, got {group.drain_min_notice_s:g}")
         if not 0 <= group.standby_nice <= NICE_MAX:
             problems.append(f"{path}.standby_nice: must be 0..{NICE_MAX} (a nice increment), got {group.standby_nice}")
         elif group.standby_nice != SupervisionConfig.standby_nice and not group.standbys:
@@ -729,7 +767,6 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
         problem = token_file_problem(spec.path(spec.ray.auth_token_path))  # type: ignore[arg-type]
         if problem:
             problems.append(f"ray.auth_token_path: {problem}")
-    positive("metrics.linger_s", spec.metrics.linger_s, allow_zero=True)
     tls = {key: getattr(spec.metrics, key) for key in ("tls_cert", "tls_key")}
     if (tls["tls_cert"] is None) != (tls["tls_key"] is None):
         given, missing = ("tls_cert", "tls_key") if tls["tls_key"] is None else ("tls_key", "tls_cert")
@@ -737,8 +774,6 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
     for key, value in tls.items():
         if value is not None and not spec.path(value).is_file():  # type: ignore[union-attr]
             problems.append(f"metrics.{key}: no such file: {spec.path(value)}")
-    if not 0 <= spec.metrics.port <= 65535:
-        problems.append(f"metrics.port: must be 0..65535, got {spec.metrics.port}")
     if spec.driver is not None and raw["driver"]:
         if "function" not in raw["driver"]:
             problems.append("driver.function: required ('module:function' run once the groups are ready)")
@@ -749,11 +784,6 @@ def _check_semantics(spec: SupervisorSpec, raw: dict[str, Any], pools_ok: bool, 
 
 def _state_problems(path: str, group: GroupSpec) -> list[str]:
     problems = []
-    for key in ("snapshot_every", "disk_snapshot_every"):
-        if getattr(group, key) < 0:
-            problems.append(f"{path}.{key}: must be >= 0, got {getattr(group, key)}")
-    if group.snapshot_memory_mb <= 0:
-        problems.append(f"{path}.snapshot_memory_mb: must be > 0, got {group.snapshot_memory_mb:g}")
     if not group.state.stateful:
         for key in ("snapshot_every", "disk_snapshot_every", "disk_dir"):
             if getattr(group, key):
