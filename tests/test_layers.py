@@ -34,16 +34,17 @@ MAY_IMPORT: dict[str, set[str]] = {
     "version": set(),
     # The one classification of errors and the reasons a rank is replaced: every layer's vocabulary.
     "failure": {"errors"},
+    "retrying": set(),
     "fencing": {"errors", "observability"},
     # The hooks read placement's and supervision's facts through protocols of their own.
     "observability": {"failure", "version"},
     "placement": {"errors", "fencing", "observability"},
-    "core": {"errors", "failure", "fencing", "observability", "placement"},
+    "core": {"errors", "failure", "fencing", "observability", "placement", "retrying"},
     "state": {"core", "errors", "fencing", "observability"},
-    "supervision": {"core", "errors", "failure", "observability", "placement", "state"},
-    "daemon": {"core", "errors", "failure", "fencing", "observability", "placement", "state", "supervision"},
+    "supervision": {"core", "errors", "failure", "observability", "placement", "retrying", "state"},
+    "daemon": {"core", "errors", "failure", "fencing", "observability", "placement", "retrying", "state", "supervision"},
     "compat": {"core", "placement"},
-    "integrations": {"core", "daemon", "errors", "fencing", "observability", "placement", "run", "state", "supervision"},
+    "integrations": {"core", "daemon", "errors", "fencing", "observability", "placement", "run", "state", "supervision", "retrying"},
     "run": {"daemon", "errors", "integrations", "observability", "placement"},
     "cli": {"core", "daemon", "errors", "observability", "placement", "run", "supervision", "version"},
 }  # fmt: skip
@@ -56,8 +57,8 @@ CORE_MAY_IMPORT: dict[str, set[str]] = {
     "": set(),
     "state_tree": set(),
     "protocol": {"errors"},
-    "worker": {"state_tree", "errors", "observability"},
-    "group": {"protocol", "worker", "errors", "fencing", "observability", "placement"},
+    "worker": {"state_tree", "errors", "observability", "retrying"},
+    "group": {"protocol", "worker", "errors", "failure", "fencing", "observability", "placement", "retrying"},
 }
 
 MAX_LINES = 600

@@ -29,7 +29,7 @@ DOCS_URL_FILE = ROOT / "ops" / "docs_url"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 # The layers of the package, bottom up: the order the diagram draws them in.
 LAYERS = (
-    "errors", "version", "observability", "fencing", "placement", "core", "state", "supervision", "daemon", "integrations",
+    "errors", "version", "failure", "retrying", "observability", "fencing", "placement", "core", "state", "supervision", "daemon", "integrations",
     "run", "cli", "compat",
 )  # fmt: skip
 
@@ -243,7 +243,7 @@ def _imported_modules(path: Path) -> set[str]:
 
 def layer_graph() -> dict[str, set[str]]:
     """Layer -> the layers its modules import (function-level and annotation-only imports included);
-    a top-level module (``errors``, ``fencing``, ``version``) is a layer of its own."""
+    a top-level module (``errors``, ``failure``, ``fencing``, ``retrying``, ``version``) is a layer of its own."""
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         if "_assets" in path.parts:

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from ..version import __version__
+from . import options
 from .export import AssetBundle
 from .watch import WatchStop
 
@@ -38,8 +39,8 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--address", default=None, help="Ray cluster to check (default: $RAY_ADDRESS; none: skip).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@options.address_to_check
+@options.as_json("Print one JSON object.")
 def info(address: str | None, as_json: bool) -> None:
     """Print versions, and the resources of a Ray cluster when an address is given."""
     out: dict[str, object] = dict(_versions())
@@ -68,7 +69,7 @@ def info(address: str | None, as_json: bool) -> None:
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @click.option("--run", "for_run", is_flag=True, help="SPEC is for `supervisor run` ([run.groups.NAME]; no pools, groups or driver).")
 @click.option("--no-imports", is_flag=True, help="Do not import the worker classes and the driver SPEC names (importing runs their code).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: valid, problems, and what SPEC describes.")
+@options.as_json("Print one JSON object: valid, problems, and what SPEC describes.")
 def validate(spec_path: str, for_run: bool, no_imports: bool, as_json: bool) -> None:
     """Check SPEC as `start` (or, with --run, `run`) would, touching no cluster: exit 0 when it is
     valid, 2 with one line per problem, each naming its field. For CI and pre-commit hooks."""
@@ -96,9 +97,8 @@ def validate(spec_path: str, for_run: bool, no_imports: bool, as_json: bool) -> 
 
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, then the spec's ray.address, else an embedded local Ray).")
-@click.option("--log-level", default="INFO", show_default=True, help="Minimum level of the structured logs.")
-@click.option("--log-json/--log-console", default=None, help="Log format (default: JSON unless stderr is a terminal).")
+@options.address_for_a_run
+@options.log_options
 def start(spec_path: str, address: str | None, log_level: str, log_json: bool | None) -> None:
     """Run the supervisor daemon for SPEC until it is stopped (SIGTERM, SIGINT, `supervisor stop`) or its
     driver ends. Exit code 0 on a clean stop, 1 when a group FAILED, the driver raised, start-up
@@ -131,12 +131,11 @@ def start(spec_path: str, address: str | None, log_level: str, log_json: bool | 
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--spec", "spec_path", default=None, type=click.Path(dir_okay=False), help="A run spec: [supervisor], [ray], [metrics], [run.groups.NAME].")
+@options.spec_file("A run spec: [supervisor], [ray], [metrics], [run.groups.NAME].")
 @click.option("--name", default=None, help="The supervisor's name (default: the spec's supervisor.name, else run-<id>).")
-@click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, then the spec's ray.address, else an embedded local Ray).")
+@options.address_for_a_run
 @click.option("--detach", is_flag=True, help="At the end, leave the placement groups (and the record, detached) for the next run of the name.")
-@click.option("--log-level", default="INFO", show_default=True, help="Minimum level of the structured logs.")
-@click.option("--log-json/--log-console", default=None, help="Log format (default: JSON unless stderr is a terminal).")
+@options.log_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     spec_path: str | None, name: str | None, address: str | None, detach: bool, log_level: str, log_json: bool | None, command: tuple[str, ...]
@@ -209,20 +208,15 @@ def _connected(address: str | None, auth_token_path: Path | None = None) -> Iter
         ray.shutdown()
 
 
-_ADDRESS = click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS, else the cluster last started on this machine).")
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-
-
 @main.command()
 @click.argument("names", nargs=-1)
-@_ADDRESS
-@_JSON
-@click.option(
-    "-o", "--output", type=click.Choice(["text", "wide", "json", "yaml"]), default="text", show_default=True,
-    help="wide: also every rank (state, node, original node, actor id, pid, restarts, last failure); json/yaml: the document, with schema_version.",
-)  # fmt: skip
-@click.option("--watch", "-w", is_flag=True, help="Show it again every --interval seconds until interrupted.")
-@click.option("--interval", "interval_s", default=2.0, show_default=True, type=click.FloatRange(min=0.1), help="Seconds between --watch updates.")
+@options.address
+@options.as_json()
+@options.output(
+    ["text", "wide", "json", "yaml"],
+    "wide: also every rank (state, node, original node, actor id, pid, restarts, last failure); json/yaml: the document, with schema_version.",
+)
+@options.watch_options("Show it again every --interval seconds until interrupted.", "Seconds between --watch updates.")
 def status(names: tuple[str, ...], address: str | None, as_json: bool, output: str, watch: bool, interval_s: float) -> None:
     """Show supervisors (all, or NAMES), their pools, groups, drift, recent failures and pending demands,
     laid out like `ray status`. Works while a daemon is down. Exit 1 when the cluster cannot be reached."""
@@ -249,33 +243,15 @@ def status(names: tuple[str, ...], address: str | None, as_json: bool, output: s
 
 @main.command()
 @click.argument("names", nargs=-1)
-@_ADDRESS
+@options.address
 @click.option(
     "--since", default=None, metavar="DURATION", help="Only events newer than this (30s, 10m, 1h30m, 2d)."
 )
 @click.option("--group", default=None, help="Only the events of this group (and its ranks).")
 @click.option("--warnings", "warnings_only", is_flag=True, help="Only Warning events.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json", "yaml"]),
-    default="text",
-    show_default=True,
-    help="json/yaml: one document, with schema_version.",
-)
-@click.option(
-    "--watch",
-    "-w",
-    is_flag=True,
-    help="After the history, print new events as they come (every --interval seconds) until interrupted.",
-)
-@click.option(
-    "--interval",
-    "interval_s",
-    default=2.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds between --watch reads.",
+@options.output(["text", "json", "yaml"], "json/yaml: one document, with schema_version.")
+@options.watch_options(
+    "After the history, print new events as they come (every --interval seconds) until interrupted.", "Seconds between --watch reads."
 )
 def events(
     names: tuple[str, ...],
@@ -335,7 +311,7 @@ def events(
 
 
 @main.command()
-@click.option("-o", "--output", type=click.Choice(["json", "yaml"]), default="json", show_default=True)
+@options.output(["json", "yaml"])
 def schema(output: str) -> None:
     """Print the JSON Schema of a spec (TOML or YAML), for editors: Taplo (`#:schema ./spec.schema.json`
     atop a TOML spec) and yaml-language-server (`# yaml-language-server: $schema=./spec.schema.json`)
@@ -378,7 +354,7 @@ def export_assets(bundle: str, directory: Path, force: bool) -> None:
 @click.argument("name")
 @click.argument("group")
 @click.argument("rank", type=click.IntRange(min=0))
-@_ADDRESS
+@options.address
 @click.option("--err", "stderr", is_flag=True, help="The actor's stderr (logging, tracebacks) instead of its stdout.")
 @click.option("-p", "--previous", is_flag=True, help="The rank's previous actor: the last one that died (its last words).")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines (default: all).")
@@ -399,8 +375,8 @@ def logs(name: str, group: str, rank: int, address: str | None, stderr: bool, pr
 
 
 @main.command(name="list")
-@_ADDRESS
-@_JSON
+@options.address
+@options.as_json()
 def list_supervisors(address: str | None, as_json: bool) -> None:
     """List every supervisor known to the cluster, with its liveness."""
     from ..daemon.fence import observed_silence
@@ -438,7 +414,7 @@ def list_supervisors(address: str | None, as_json: bool) -> None:
 
 @main.command()
 @click.argument("name")
-@_ADDRESS
+@options.address
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for the teardown.")
 @click.option("--detach", is_flag=True, help="Stop the daemon but leave its pools and workers running; the next start re-adopts them.")
 def stop(name: str, address: str | None, timeout_s: float, detach: bool) -> None:
@@ -490,13 +466,13 @@ def _not_running(record: Any, silent_s: float) -> str:
 
 
 @main.command()
-@click.option("--spec", "spec_path", default=None, type=click.Path(dir_okay=False), help="Also check this spec's budget against the cluster.")
+@options.spec_file("Also check this spec's budget against the cluster.")
 @click.option(
     "--fail-on", type=click.Choice(["info", "warning", "error", "never"]), default="warning", show_default=True,
     help="Exit 1 when a finding is this severe or more (info: handled by the supervisor, such as a restart).",
 )
-@_ADDRESS
-@_JSON
+@options.address
+@options.as_json()
 def doctor(spec_path: str | None, fail_on: str, address: str | None, as_json: bool) -> None:
     """Triage a stuck or slow job: what blocks scheduling, which ranks fail their init, and what hurts
     after start, each with its severity and a suggested fix. Exit 1 when a finding reaches --fail-on,
@@ -524,7 +500,7 @@ def doctor(spec_path: str | None, fail_on: str, address: str | None, as_json: bo
 
 
 @main.command()
-@_ADDRESS
+@options.address
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 @click.option(
     "--grace", "grace_s", type=float, default=None,

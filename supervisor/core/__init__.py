@@ -12,7 +12,7 @@ Within core, ``protocol`` imports neither ``worker`` nor ``group``; ``worker`` i
 and no ``protocol``; ``group`` imports both (each subpackage's docstring states its imports, checked
 by ``tests/test_layers.py``).
 
-May import: ``placement``, ``observability``, ``fencing``, ``failure``, ``errors`` (checked against the import graph by ``tests/test_layers.py``). Never
+May import: ``placement``, ``observability``, ``fencing``, ``failure``, ``retrying``, ``errors`` (checked against the import graph by ``tests/test_layers.py``). Never
 ``supervision``, not even for annotations: a supervisor takes over a group's blocking calls through
 the seam core defines (:mod:`.group.call_runner`), which supervision fills.
 """

@@ -4,5 +4,5 @@ Owns: the long-lived process of one supervisor: it applies the spec, drives its 
 persists and fences the state record, and tears everything down on a clean exit.
 
 May import: ``supervision``, ``state``, ``core``, ``placement``, ``observability``, ``fencing``,
-``failure``, ``errors`` (checked against the import graph by ``tests/test_layers.py``); not ``cli``, ``run`` or ``integrations``, which build on it.
+``failure``, ``retrying``, ``errors`` (checked against the import graph by ``tests/test_layers.py``); not ``cli``, ``run`` or ``integrations``, which build on it.
 """

@@ -35,6 +35,7 @@ from typing import Any
 from ..errors import ClusterUnavailableError, SupersededError, first_line
 from ..fencing import UNFENCED
 from ..observability.log import get_logger
+from ..retrying import Backoff, poll
 from .liveness import HeartbeatWatch, Liveness, ProcessIdentity, judge
 from .ownership import (
     HEAD_RESOURCE,
@@ -334,8 +335,8 @@ class OwnerFence:
         import ray
 
         me = ProcessIdentity.current()
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while True:
+
+        def ask() -> tuple[Any, ClaimVerdict, int, FenceStatus] | None:
             handle = _fence_handle(self.supervisor, create=True)
             try:
                 status: FenceStatus = ray.get(handle.status.remote(), timeout=_START_TIMEOUT_S)
@@ -351,13 +352,16 @@ class OwnerFence:
             except ray.exceptions.RayActorError:
                 verdict = ClaimVerdict.RETIRED  # killed as we called it: make a new one
             if verdict is not ClaimVerdict.RETIRED:
-                break
+                return handle, verdict, generation, status
             # A torn-down supervisor's fence that its daemon did not get to kill: it refuses
             # everything, so ending it harms nobody.
             ray.kill(handle, no_restart=True)
-            if time.monotonic() > deadline:
-                raise ClusterUnavailableError(f"the retired owner fence of supervisor {self.supervisor} did not go away")
-            time.sleep(0.1)
+            return None
+
+        answered = poll(ask, Backoff.fixed(0.1), timeout_s=_START_TIMEOUT_S)
+        if answered is None:
+            raise ClusterUnavailableError(f"the retired owner fence of supervisor {self.supervisor} did not go away")
+        handle, verdict, generation, status = answered
         if verdict is ClaimVerdict.GRANTED:
             self._handle, self.generation = handle, generation
         return verdict, status

@@ -4,5 +4,5 @@ Owns: verl's groups and pools swapped for supervised ones, the import hook that 
 host that supervises them inside the program's process.
 
 May import: ``supervision``, ``state``, ``daemon``, ``run``, ``core``, ``placement``,
-``observability``, ``fencing``, ``errors`` (checked against the import graph by ``tests/test_layers.py``).
+``observability``, ``fencing``, ``retrying``, ``errors`` (checked against the import graph by ``tests/test_layers.py``).
 """

@@ -19,7 +19,7 @@ Owns: keeping a group running: detection, the restart decision, recovery, standb
 calls that survive rank failures (it installs :class:`~.supervised_call.SupervisedCallRunner` in
 the seam :mod:`supervisor.core.group.call_runner` defines).
 
-May import: ``core``, ``state``, ``placement``, ``observability``, ``failure``, ``errors`` (checked against the import graph by ``tests/test_layers.py``);
+May import: ``core``, ``state``, ``placement``, ``observability``, ``failure``, ``retrying``, ``errors`` (checked against the import graph by ``tests/test_layers.py``);
 core never imports it.
 """
 

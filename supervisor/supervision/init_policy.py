@@ -12,7 +12,7 @@ history, what the next round does. It is a pure function so every rule is unit-t
 * in a collective init (every rank joins one rendezvous), a rank that dies or raises dooms the
   others' calls: they are *abandoned* (not waited for: a rendezvous waits out its own timeout, 30
   minutes for NCCL by default), replaced like failed ranks, and not charged an attempt;
-* between rounds, back off exponentially with jitter (tenacity's ``wait_exponential_jitter``) on the
+* between rounds, back off exponentially with jitter (:class:`~supervisor.retrying.Backoff`, tenacity's ``wait_exponential_jitter``) on the
   highest attempt number among the failed ranks.
 """
 
@@ -22,8 +22,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import tenacity
-
+from ..retrying import Backoff
 from .restart_policy import FailureReason
 
 __all__ = ["InitOutcome", "InitPolicy", "RankAttempt", "InitPlan", "plan_next_round", "needs_new_rendezvous"]
@@ -83,10 +82,7 @@ class InitPolicy:
 
     def backoff_s(self, attempt: int) -> float:
         """Delay before attempt ``attempt + 1`` of a rank that failed attempt ``attempt``."""
-        wait = tenacity.wait_exponential_jitter(initial=self.backoff_initial_s, max=self.backoff_max_s, jitter=self.backoff_jitter_s)
-        state = tenacity.RetryCallState(retry_object=tenacity.Retrying(), fn=None, args=(), kwargs={})
-        state.attempt_number = attempt
-        return float(wait(state))
+        return Backoff(self.backoff_initial_s, self.backoff_max_s, self.backoff_jitter_s).delay_s(attempt)
 
 
 @dataclass(frozen=True)

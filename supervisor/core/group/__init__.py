@@ -8,5 +8,5 @@ supervisor fills (:mod:`.call_runner`), worker classes with their arguments (:mo
 colocated roles (:mod:`.colocate`), the choice of the rendezvous (:mod:`.rendezvous`), and what this
 process knows of GCS outages (:mod:`.gcs_outages`).
 
-May import: ``protocol`` and ``worker`` (of core), ``placement``, ``observability``, ``fencing``, ``errors`` (checked against the import graph by ``tests/test_layers.py``).
+May import: ``protocol`` and ``worker`` (of core), ``placement``, ``observability``, ``fencing``, ``failure``, ``retrying``, ``errors`` (checked against the import graph by ``tests/test_layers.py``).
 """

@@ -16,6 +16,7 @@ from typing import Any
 from ...errors import ConfigError, first_line
 from ...observability.log import get_logger
 from ...placement.layout import BundleRef
+from ...retrying import Backoff, poll
 from ..worker.actor_heartbeat import clear_beats_once_ended, clear_beats_once_ended_later
 from ..worker.env import Rendezvous, standby_env_vars
 from ..worker.worker_base import send_rendezvous
@@ -312,23 +313,17 @@ class RankReplacement:
 
     def _wait_name_released(self, name: str, timeout_s: float) -> None:
         # ray.kill is asynchronous: the GCS frees the name once the actor is DEAD.
-        import time
-
         import ray
 
-        deadline = time.monotonic() + timeout_s
-        delay = 0.01
-        while True:
+        def released() -> bool:
             try:
                 ray.get_actor(name, namespace=self.namespace)
             except ValueError:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"actor name {name!r} still taken {timeout_s:.0f}s after killing its actor"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+                return True
+            return False
+
+        if not poll(released, Backoff(0.01, 0.2), timeout_s=timeout_s):
+            raise TimeoutError(f"actor name {name!r} still taken {timeout_s:.0f}s after killing its actor")
 
     def pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Rendezvous:
         """A new rendezvous on rank 0's bundle (asked of ``rank_zero``, rank 0's running actor, when

@@ -9,6 +9,6 @@ module is imported in every rank, and the worker base class reads the specs it a
 binding (:mod:`supervisor.core.group.binding`) only reads them, and the group may import the worker,
 never the reverse.
 
-May import: ``state_tree`` (of core), ``observability``, ``errors`` (checked against the import graph by ``tests/test_layers.py``). Never
+May import: ``state_tree`` (of core), ``observability``, ``retrying``, ``errors`` (checked against the import graph by ``tests/test_layers.py``). Never
 ``group`` or ``protocol``: a rank process stays light (no torch import through this package).
 """

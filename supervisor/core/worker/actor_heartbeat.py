@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ...retrying import Backoff, poll
+
 __all__ = [
     "Beat",
     "HEARTBEAT_NAMESPACE",
@@ -147,14 +149,15 @@ def clear_beats_once_ended(actor_ids: Iterable[str], timeout_s: float = KILLED_E
     """
     ids = list(dict.fromkeys(actor_ids))
     waiting = ids
-    deadline = time.monotonic() + timeout_s
-    delay = 0.01
-    while waiting and time.monotonic() < deadline:
+
+    def all_ended() -> bool:
+        nonlocal waiting
         ended = _ended(waiting)
         waiting = [a for a in waiting if a not in ended]
-        if waiting:
-            time.sleep(delay)
-            delay = min(2 * delay, 0.2)
+        return not waiting
+
+    if waiting:
+        poll(all_ended, Backoff(0.01, 0.2), timeout_s=timeout_s)
     clear_beats(ids)
     return waiting
 
@@ -235,11 +238,7 @@ def wait_for_beat(handle: Any, timeout_s: float = 30.0) -> Beat:
         TimeoutError: no beat within ``timeout_s`` (the actor is not supervised, or not up).
     """
     actor_id = handle._actor_id.hex()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        beat = read_beats([actor_id]).get(actor_id)
-        if beat is not None:
-            return beat
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"actor {actor_id} sent no heartbeat within {timeout_s:g}s")
-        time.sleep(0.05)
+    beat = poll(lambda: read_beats([actor_id]).get(actor_id), Backoff.fixed(0.05), timeout_s=timeout_s)
+    if beat is None:
+        raise TimeoutError(f"actor {actor_id} sent no heartbeat within {timeout_s:g}s")
+    return beat

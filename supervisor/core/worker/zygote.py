@@ -43,6 +43,7 @@ from typing import Any
 
 from ...errors import first_line
 from ...observability.log import get_logger
+from ...retrying import Backoff, poll
 from .zygote_launch import STREAMS, ZYGOTE_ENV, recv_frame, send_code
 
 __all__ = ["ZygoteLauncher", "ZygoteKeeper", "NodeZygotes", "serve", "check_preload_names", "keeper_name", "keeper_prefix", "runtime_env_problem", "worker_sys_path"]
@@ -334,14 +335,17 @@ class ZygoteKeeper:
         Raises:
             RuntimeError: the zygote exited (a preload failed) or was not ready within ``timeout_s``.
         """
-        deadline = time.monotonic() + timeout_s
-        while not _reachable(self.name):
+
+        def reachable() -> bool:
+            if _reachable(self.name):
+                return True
             code = self.process.poll()
             if code is not None:
                 raise RuntimeError(self._exited(code))
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the zygote preloading {self.preload} was not ready within {timeout_s:g}s")
-            time.sleep(0.05)
+            return False
+
+        if not poll(reachable, Backoff.fixed(0.05), timeout_s=timeout_s):
+            raise RuntimeError(f"the zygote preloading {self.preload} was not ready within {timeout_s:g}s")
         py_executable = f"{shlex.quote(sys.executable)} -I -S {shlex.quote(str(LAUNCHER))}"
         return {"name": self.name, "py_executable": py_executable, "pid": self.process.pid}
 

@@ -44,6 +44,7 @@ from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
 from ...placement.layout import BundleRef
+from ...retrying import Backoff, WaitReport, retry
 from ...state.kinds import StateConfig, StateKind
 from ...supervision.config import SupervisionConfig
 from ...supervision.lifecycle import create_group
@@ -150,20 +151,11 @@ class VerlRanks(WorkerGroup):
         # rank being replaced (dead, or not set up again yet) answers once it serves: wait for it.
         import ray
 
-        started = reported = time.monotonic()
-        while True:
-            try:
-                answers = self.execute_all_sync(MESH_INFO_METHOD, mesh)
-                break
-            except ray.exceptions.RayError as exc:
-                now = time.monotonic()
-                recovering = isinstance(exc, ray.exceptions.RayActorError) or bool(self._rebuilding())
-                if not recovering or now - started >= timeout_s:
-                    raise
-                if now - reported >= 5.0:
-                    reported = now
-                    log.info("mesh_info_waiting_for_ranks", group=self.name, mesh=str(mesh), waited_s=round(now - started, 1))
-                time.sleep(0.5)
+        def recovering(exc: BaseException) -> bool:
+            return isinstance(exc, ray.exceptions.RayActorError) or (isinstance(exc, ray.exceptions.RayError) and bool(self._rebuilding()))
+
+        report = WaitReport(log, "mesh_info_waiting_for_ranks", {"group": self.name, "mesh": str(mesh)})
+        answers = retry(lambda: self.execute_all_sync(MESH_INFO_METHOD, mesh), Backoff.fixed(0.5), recovering, timeout_s=timeout_s, report=report)
         self._dispatch_info[mesh] = [int(a[0]) for a in answers]
         self._collect_info[mesh] = [bool(a[1]) for a in answers]
 
