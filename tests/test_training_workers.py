@@ -152,7 +152,7 @@ def test_init_model_again_joins_a_new_rendezvous_and_trains(ray_cluster, no_leak
 
         # What the supervisor does when it replaces rank 0: a new port on rank 0's node, sent to
         # every rank, then init_model everywhere and the trained state restored.
-        rdv = group._pick_new_rendezvous()
+        rdv = group.pick_new_rendezvous()
         assert group.propagate_rendezvous(survivors=[0, 1]) == []
         new = f"{rdv.master_addr}:{rdv.master_port}"
         assert old != {new}

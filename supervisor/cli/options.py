@@ -55,7 +55,8 @@ def spec_file(help: str) -> Callable[[F], F]:
 
 def output(choices: Sequence[str], help: str | None = None) -> Callable[[F], F]:
     """``-o/--output``, the first of ``choices`` by default."""
-    return click.option("-o", "--output", type=click.Choice(list(choices)), default=choices[0], show_default=True, help=help)
+    worded = {"help": help} if help is not None else {}  # click 8.0 cannot take help=None
+    return click.option("-o", "--output", type=click.Choice(list(choices)), default=choices[0], show_default=True, **worded)
 
 
 def watch_options(watch_help: str, interval_help: str) -> Callable[[F], F]:

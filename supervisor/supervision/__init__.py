@@ -4,11 +4,14 @@ One module per concern:
 
 * :mod:`.lifecycle`, :mod:`.init_policy`: ``create_group`` and ``init_group``, and the init rules;
 * :mod:`.restart_policy`: strategy, budget, backoff;
-* :mod:`.failures`: the one failure classifier, and which recovery errors are transient;
+* :mod:`.death_verdict`: what a death or a silence means (the classification of errors is
+  :mod:`supervisor.failure`'s);
 * :mod:`.supervised_call`, :mod:`.in_flight_policy`: blocking calls that survive rank failures (:class:`InFlightPolicy`);
 * :mod:`.states`: rank and group states, the one transition check, :class:`RankStatus`;
 * :mod:`.config`: :class:`SupervisionConfig`;
-* :mod:`.reconcile`: the pure ``decide(state, observations, config, now) -> Plan``;
+* :mod:`.reconcile`: the pure ``decide(state, observations, config, now) -> Plan``, over
+  :mod:`.observations` and :mod:`.plan` (the loop's state, the plan, the recovery steps);
+* :mod:`.record_sink`: where the loop writes a group's state through (the daemon's record);
 * :mod:`.detection`: death watches and heartbeats of running ranks (:mod:`.death_watch`);
 * :mod:`.recovery`: replacement and init tasks, on threads the supervisor owns;
 * :mod:`.standbys`: pre-started standbys;

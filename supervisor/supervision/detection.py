@@ -5,7 +5,7 @@ by a watcher process and never sent, which Ray fails the moment the rank dies, b
 death is seen without polling. Heartbeats (:mod:`~supervisor.core.worker.actor_heartbeat`), written by a thread of
 the rank's own, catch processes that are alive but stuck: a rank with no new beat for
 ``probe_timeout_s`` is hung. Neither runs anything on the actor's call path, so ranks are plain actors.
-A death is classified once the GCS has a view of it (:func:`~supervisor.supervision.failures.judge_death`):
+A death is classified once the GCS has a view of it (:func:`~supervisor.supervision.death_verdict.judge_death`):
 a rank lost with its node is ``node_lost``, even when its watcher noticed before the GCS did.
 
 Only running ranks are watched: a rank being replaced or initialised belongs to its recovery task.

@@ -5,7 +5,7 @@ goes into a spare bundle or, once Ray has re-placed it, the rank's own bundle) a
 actor answers. An :class:`InitTask` carries out the steps of an :class:`~.reconcile.InitOrder` (the
 new rendezvous, one round of the init method, the state restore) and replaces nothing. Each returns
 its outcome as an observation (:mod:`.reconcile`), which the planner acts on; an error is judged
-here, once (:func:`~.failures.is_transient`): transient ones are retried by the loop and charged to
+here, once (:func:`supervisor.failure.is_transient`): transient ones are retried by the loop and charged to
 the restart budget, others fail the group.
 
 :class:`TaskRunner` owns the threads: it reports each outcome to the loop, and :meth:`TaskRunner.stop`

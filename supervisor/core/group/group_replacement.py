@@ -19,13 +19,17 @@ from ...observability.log import get_logger
 from ...placement.layout import BundleRef
 from ...retrying import Backoff, poll
 from ..worker.actor_heartbeat import clear_beats_once_ended, clear_beats_once_ended_later
-from ..worker.env import Rendezvous, standby_env_vars
+from ..worker.env import Rendezvous, WorkerIdentity, standby_env_vars
 from ..worker.worker_base import send_rendezvous
 from ..worker.zygote import NodeZygotes, ZygoteLauncher
 from .rendezvous import pick_rendezvous
 
 if TYPE_CHECKING:
-    pass
+    from .rank_environment import RankEnvironment
+
+# The group whose state this works on (a WorkerGroup, which imports this module: named loosely here
+# to keep the import graph acyclic).
+WorkerGroup = Any
 
 __all__ = ["FIRST_FORK_WAIT_S", "Predecessor", "RankReplacement", "Standby"]
 
@@ -58,7 +62,25 @@ class Predecessor:
 
 
 class RankReplacement:
-    """The replacement operations of :class:`~supervisor.core.group.group.WorkerGroup` (its only subclass)."""
+    """The replacement operations of one :class:`~.group.WorkerGroup`, which holds it (``group.replacement``)
+    and carries out its public ones through it. It works on the group's state (the ranks' actors,
+    names and bundles, its standbys, zygotes and rendezvous) and asks ``environment`` (a
+    :class:`~.rank_environment.RankEnvironment`) for every rank's environment.
+    """
+
+    def __init__(self, group: WorkerGroup, environment: RankEnvironment) -> None:
+        self.group = group
+        self.environment = environment
+
+    def rank_env(self, rank: int) -> dict[str, str]:
+        """The environment of ``rank`` (what its actor starts with, or a standby adopts)."""
+        group = self.group
+        assert group._rendezvous is not None
+        slot = group._slots[rank]
+        identity = WorkerIdentity(
+            rank=rank, world_size=len(group._slots), local_rank=slot.local_rank, local_world_size=slot.local_world_size, prefix=group.name_prefix,
+        )  # fmt: skip
+        return self.environment.env_vars(identity, group._rendezvous, group.worker_env)
 
     def replace_worker(
         self,

@@ -44,9 +44,13 @@ class SupervisedGroup(Protocol):
     name: str
     name_prefix: str
     namespace: str
+    # The node of each rank's current actor, once it answered (a replacement forgets its rank's entry).
     rank_nodes: dict[int, str]
+    # The pool the ranks were created in (None: attached to existing actors, which cannot be replaced).
     resource_pool: ResourcePool | None
+    # The worker class and its constructor arguments (what a replacement or a standby starts).
     cls_with_init: ClassWithInitArgs | None
+    # Old actors of ranks being handed over: they serve until their successor took the rank.
     predecessors: dict[int, Predecessor]
     # The seams supervision fills while it supervises the group (None: unsupervised).
     supervisor: Any
@@ -55,25 +59,54 @@ class SupervisedGroup(Protocol):
     on_rendezvous_picked: Callable[[Rendezvous], None] | None
 
     @property
-    def world_size(self) -> int: ...
+    def world_size(self) -> int:
+        """How many ranks."""
+        ...
+
     @property
-    def workers(self) -> list[Any]: ...
+    def workers(self) -> list[Any]:
+        """Each rank's actor handle, in rank order."""
+        ...
+
     @property
-    def worker_names(self) -> list[str]: ...
+    def worker_names(self) -> list[str]:
+        """Each rank's actor name (a standby that took a rank over keeps its own)."""
+        ...
+
     @property
-    def slots(self) -> list[BundleSlot]: ...
+    def slots(self) -> list[BundleSlot]:
+        """Each rank's place in the pool's layout (LOCAL_RANK, ...)."""
+        ...
+
     @property
-    def rank_bundles(self) -> list[BundleRef]: ...
+    def rank_bundles(self) -> list[BundleRef]:
+        """The bundle each rank runs in now."""
+        ...
+
     @property
-    def standbys(self) -> dict[BundleRef, Standby]: ...
+    def standbys(self) -> dict[BundleRef, Standby]:
+        """The group's standbys, by bundle."""
+        ...
+
     @property
-    def placement_groups(self) -> list[Any]: ...
+    def placement_groups(self) -> list[Any]:
+        """The pool's placement groups in rank order, then its spare group."""
+        ...
+
     @property
-    def current_rendezvous(self) -> Rendezvous | None: ...
+    def current_rendezvous(self) -> Rendezvous | None:
+        """MASTER_ADDR/MASTER_PORT every rank has, or is being given."""
+        ...
+
     @property
-    def fence(self) -> Fence: ...
+    def fence(self) -> Fence:
+        """Through what the group kills its actors (its pool's owner fence)."""
+        ...
+
     @property
-    def zygotes(self) -> NodeZygotes | None: ...
+    def zygotes(self) -> NodeZygotes | None:
+        """The nodes' zygotes fresh actors fork from (None: none)."""
+        ...
 
     def call_actor(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call a method on one of the group's actors; its ObjectRef."""
