@@ -510,6 +510,7 @@ def test_the_built_site_renders_in_chromium_with_navigation_references_and_searc
             for command in ("start", "status", "stop", "doctor"):
                 assert page.locator("h2, h3", has_text=f"supervisor {command}").count() >= 1, command
 
+            page.set_viewport_size({"width": 1280, "height": 3200})  # the whole figure in view: no header over it
             page.goto(f"{base}/architecture/")
             figure = page.locator(".layer-stack")
             assert figure.locator(".ls-row:not(.ls-head)").count() == len(_references().layer_graph()) + 1
@@ -518,7 +519,11 @@ def test_the_built_site_renders_in_chromium_with_navigation_references_and_searc
             assert marks and all(box["fits"] for box in texts), "a band's text overflows its cell"
             crossing = [m for m in marks for t in texts if m["left"] < t["right"] and t["left"] < m["right"] and m["top"] < t["bottom"] and t["top"] < m["bottom"]]
             assert not crossing, f"a lane crosses a band's text: {crossing[:2]}"
-            page.screenshot(path=str(SCREENSHOTS / "architecture.png"), full_page=True)
+            figure.screenshot(path=str(SCREENSHOTS / "architecture.png"))
+            recovery = page.locator("table", has=page.locator("td", has_text="a failure is seen"))
+            assert recovery.locator("tbody tr").count() >= 8
+            recovery.screenshot(path=str(SCREENSHOTS / "architecture-recovery.png"))
+            page.set_viewport_size({"width": 1280, "height": 900})
 
             page.goto(f"{base}/?q=standby")
             page.wait_for_selector(".md-search-result__item", timeout=90_000)
@@ -528,5 +533,5 @@ def test_the_built_site_renders_in_chromium_with_navigation_references_and_searc
             assert not failed, f"requests that failed (the site must work offline): {failed}"
         finally:
             browser.close()
-    for name in ("front", "spec-reference", "architecture", "search"):
+    for name in ("front", "spec-reference", "architecture", "architecture-recovery", "search"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000
