@@ -360,3 +360,106 @@ def test_every_core_subpackages_docstring_states_the_imports_the_table_allows():
         if _stated_imports(f"core/{sub}") != CORE_MAY_IMPORT[sub]
     }
     assert not wrong, "docstring says, table says: " + repr(wrong)
+
+
+# -- the interface between core and the layers above it ------------------------------------------
+# Actor endpoints every supervised worker has (``_supervisor_start_heartbeat``...): the protocol
+# between the driver and a rank's actor, prefixed so that a user's method never clashes with them.
+ACTOR_ENDPOINT_PREFIX = "_supervisor_"
+
+
+def _private_names(source: str) -> tuple[set[str], set[str]]:
+    """``(classes, private names)`` a module defines: ``_``-prefixed methods and ``self._x`` attributes."""
+    classes, names = set(), set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            classes.add(node.name)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("_") and not node.name.startswith("__"):
+            names.add(node.name)
+        elif (
+            isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name)
+            and node.value.id == "self" and node.attr.startswith("_") and not node.attr.startswith("__")
+        ):  # fmt: skip
+            names.add(node.attr)
+    return classes, {n for n in names if not n.startswith(ACTOR_ENDPOINT_PREFIX)}
+
+
+def _private_core_accesses(core: dict[str, str], others: dict[str, str]) -> list[str]:
+    """Where a module outside core uses a private name of core: ``obj._x`` on another object (unless
+    the module defines ``_x`` itself, so the object is likely its own), and, in a subclass of a core
+    class, ``self._x``/``super()._x`` and overriding ``_x`` (a subclass reaching into its base)."""
+    core_classes, core_private = set(), set()
+    for source in core.values():
+        classes, names = _private_names(source)
+        core_classes |= classes
+        core_private |= names
+    found: list[str] = []
+    for module, source in sorted(others.items()):
+        _PrivateAccesses(module, _private_names(source)[1], core_classes, core_private, found).visit(ast.parse(source))
+    return found
+
+
+class _PrivateAccesses(ast.NodeVisitor):
+    def __init__(self, module: str, own: set[str], core_classes: set[str], core_private: set[str], found: list[str]) -> None:
+        self.module, self.own, self.core_classes, self.core_private, self.found = module, own, core_classes, core_private, found
+        self.subclass: list[bool] = []
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.subclass.append(bool({ast.unparse(b).split(".")[-1] for b in node.bases} & self.core_classes))
+        self.generic_visit(node)
+        self.subclass.pop()
+
+    def _in_subclass(self) -> bool:
+        return bool(self.subclass) and self.subclass[-1]
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if self._in_subclass() and node.name in self.core_private:
+            self.found.append(f"{self.module}:{node.lineno}: overrides {node.name}")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in self.core_private:
+            receiver = ast.unparse(node.value)
+            on_self = receiver in ("self", "cls") or receiver.startswith("super(")
+            if (on_self and self._in_subclass()) or (not on_self and node.attr not in self.own):
+                self.found.append(f"{self.module}:{node.lineno}: {receiver}.{node.attr}")
+        self.generic_visit(node)
+
+
+def test_nothing_outside_core_uses_a_private_name_of_core():
+    """What supervision, state, the daemon and the integrations need of a group is core's public
+    interface (``supervisor.core.group.interface``); replacement is a strategy handed in, not a
+    subclass overriding private methods."""
+    core, others = {}, {}
+    for name, path in _modules().items():
+        (core if _in(name, "supervisor.core") else others)[name] = path.read_text()
+    assert _private_core_accesses(core, others) == []
+
+
+def test_the_private_access_check_finds_a_reach_in_and_an_override():
+    core = {"supervisor.core.g": "class WorkerGroup:\n    def __init__(self):\n        self._rendezvous = None\n    def _pick(self): pass\n"}
+    others = {
+        "supervisor.supervision.x": "def f(group):\n    return group._rendezvous\n",
+        "supervisor.integrations.y": "class Ranks(WorkerGroup):\n    def _pick(self):\n        return super()._pick()\n",
+        "supervisor.daemon.z": "class Own:\n    def __init__(self):\n        self._rendezvous = 1\n    def f(self, other):\n        return other._rendezvous, self._rendezvous\n",
+        "supervisor.state.w": "def f(handle):\n    return handle._supervisor_snapshot.remote()\n",
+    }
+    assert _private_core_accesses(core, others) == [
+        "supervisor.integrations.y:2: overrides _pick",
+        "supervisor.integrations.y:3: super()._pick",
+        "supervisor.supervision.x:2: group._rendezvous",
+    ]
+
+
+def test_the_group_implements_every_member_of_the_interface_the_layers_above_use():
+    from supervisor.core.group.group import WorkerGroup
+    from supervisor.core.group.interface import SupervisedGroup
+
+    members = {n for n in vars(SupervisedGroup) if not n.startswith("_")} | set(SupervisedGroup.__annotations__)
+    init = ast.parse((PACKAGE / "core" / "group" / "group.py").read_text())
+    assigned = {
+        node.attr for node in ast.walk(init)
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id == "self"
+    }  # fmt: skip
+    missing = sorted(m for m in members if not hasattr(WorkerGroup, m) and m not in assigned)
+    assert "replace_worker" in members and "current_rendezvous" in members and missing == []

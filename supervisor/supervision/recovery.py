@@ -39,7 +39,7 @@ from .reconcile import (
 )
 
 if TYPE_CHECKING:
-    from ..core.group.group import WorkerGroup
+    from ..core.group.interface import SupervisedGroup
     from ..observability.hooks import LifecycleHooks
     from ..state.domain import StateDomain
 
@@ -112,7 +112,7 @@ class TaskRunner:
 class BundleWaiter:
     """Waits until Ray has re-placed a lost node's bundles, saying what it waits for every 5 s."""
 
-    group: WorkerGroup
+    group: SupervisedGroup
     config: SupervisionConfig
     runner: TaskRunner
     report_progress: Callable[[float], None]
@@ -151,7 +151,7 @@ class ReplacementTask:
     """Put a new actor in place for one rank and wait until it answers."""
 
     replacement: Replacement
-    group: WorkerGroup
+    group: SupervisedGroup
     config: SupervisionConfig
     hooks: LifecycleHooks
     bundles: BundleWaiter
@@ -232,7 +232,7 @@ class InitTask:
     the rank gets. ``carried``: what an earlier round of the same recovery captured."""
 
     order: InitOrder
-    group: WorkerGroup
+    group: SupervisedGroup
     config: SupervisionConfig
     hooks: LifecycleHooks
     runner: TaskRunner
@@ -320,7 +320,7 @@ class InitTask:
         self.state.roll_back(group, cause)
 
 
-def _cause(group: WorkerGroup, order: InitOrder) -> str:
+def _cause(group: SupervisedGroup, order: InitOrder) -> str:
     replaced = [r for r in order.ranks if r not in order.survivors]
     return f"rank(s) {replaced} of group {group.name} replaced" if replaced else f"group {group.name} re-formed"
 

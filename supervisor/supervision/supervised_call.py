@@ -188,7 +188,7 @@ class _SupervisedCall:
 
     def _submit(self, rank: int, generation: int, actor: Any) -> None:
         args, kwargs = self.per_rank[rank]
-        self.in_flight[self.group._remote(actor, self.method_name, args, kwargs)] = (rank, generation, time.monotonic())
+        self.in_flight[self.group.call_actor(actor, self.method_name, args, kwargs)] = (rank, generation, time.monotonic())
 
     def _wait_s(self) -> float:
         if self.call_timeout_s is None:

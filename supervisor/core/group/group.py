@@ -10,8 +10,7 @@ standbys, hand-overs) is in :mod:`supervisor.core.group.group_replacement`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ClusterUnavailableError, ConfigError, UnknownMethodError, first_line
@@ -19,7 +18,7 @@ from ...fencing import UNFENCED, Fence
 from ...observability.log import get_logger
 from ...placement.layout import BundleRef, BundleSlot, actor_name, validate_name_prefix
 from ...placement.pool import PlacementStrategy, ResourcePool
-from ..worker.env import Rendezvous, WorkerIdentity, check_user_env, worker_env_vars
+from ..worker.env import Rendezvous, check_user_env
 from ..worker.registration import MethodSpec, get_method_spec
 from ..worker.worker_base import (
     FUSED_EXECUTE_METHOD,
@@ -30,7 +29,10 @@ from ..worker.worker_base import (
 from ..worker.zygote import NodeZygotes, ZygoteLauncher
 from .actor_class import ClassWithInitArgs
 from .binding import bind_registered_methods
+from .group_placement import GroupPlacement
 from .group_replacement import FIRST_FORK_WAIT_S, Predecessor, RankReplacement, Standby
+from .rank_environment import ContractEnvironment, RankEnvironment
+from .role_views import colocated_role_views, fused_role_views
 
 if TYPE_CHECKING:
     from .call_runner import CallRunner
@@ -43,23 +45,7 @@ DEFAULT_NAMESPACE = "ray_supervisor"
 log = get_logger("group")
 
 
-@dataclass(frozen=True)
-class GroupPlacement:
-    """Where an earlier supervisor left a group's actors: what a state record keeps to re-adopt them
-    once standbys have taken ranks over (Ray cannot rename an actor, so names no longer follow the layout).
-
-    Attributes:
-        actor_names: each rank's actor name, in rank order.
-        bundles: each rank's bundle, in rank order.
-        standbys: standby actor name by bundle.
-    """
-
-    actor_names: list[str]
-    bundles: list[BundleRef]
-    standbys: dict[BundleRef, str] = field(default_factory=dict)
-
-
-class WorkerGroup(RankReplacement):
+class WorkerGroup:
     """A group of worker actors, one per rank of a resource pool.
 
     Args:
@@ -89,9 +75,6 @@ class WorkerGroup(RankReplacement):
     # How a registration is read off a worker method; a group for classes decorated by another
     # library's ``register`` (verl's) reads that library's modes instead.
     read_method_spec: Callable[[Any], MethodSpec | None] = staticmethod(get_method_spec)
-    # The environment of one rank (the contract of :mod:`supervisor.core.worker.env`); verl's integration
-    # gives its ranks exactly verl's variables.
-    rank_env_vars: Callable[..., dict[str, str]] = staticmethod(worker_env_vars)
 
     def __init__(
         self,
@@ -109,7 +92,10 @@ class WorkerGroup(RankReplacement):
         adopt: bool = False,
         placement: GroupPlacement | None = None,
         zygotes: NodeZygotes | None = None,
+        environment: RankEnvironment | None = None,
     ) -> None:
+        # Replacing ranks, with the strategy every rank's environment comes from (an integration's own).
+        self.replacement = RankReplacement(self, environment or ContractEnvironment())
         self.name_prefix = validate_name_prefix(name_prefix) if name_prefix else f"wg-{uuid.uuid4().hex[:6]}-"
         self.namespace = namespace
         self.detached = bool(detached)
@@ -207,14 +193,14 @@ class WorkerGroup(RankReplacement):
         if self._rendezvous is None or (adopt and 0 not in existing):
             # Rank 0 is created now, so its rendezvous is picked now on its bundle's node, never on
             # an adopted group's earlier port (stale peers may still connect to it).
-            self._pick_new_rendezvous()
+            self.replacement.pick_new_rendezvous()
         launchers = self._first_launchers(pool, [b for rank, b in enumerate(bundles) if rank not in existing])
         created: list[Any] = []
         try:
             for slot, name in zip(slots, names, strict=True):
                 handle = existing.get(slot.rank)
                 if handle is None:
-                    handle = self._create_actor(bundles[slot.rank], name, self._rank_env(slot.rank), launchers.get(bundles[slot.rank]))
+                    handle = self._create_actor(bundles[slot.rank], name, self.replacement.rank_env(slot.rank), launchers.get(bundles[slot.rank]))
                     created.append(handle)
                 self._workers.append(handle)
                 self._worker_names.append(name)
@@ -255,19 +241,6 @@ class WorkerGroup(RankReplacement):
             log.warning("zygotes_unavailable", group=self.name_prefix, error=first_line(exc))
             return {}
         return {b: launcher for b in bundles if (launcher := ready.get(nodes.get(b, ""))) is not None}
-
-    def _rank_env(self, rank: int) -> dict[str, str]:
-        """The environment of ``rank`` (what its actor starts with, or a standby adopts)."""
-        assert self._rendezvous is not None
-        slot = self._slots[rank]
-        identity = WorkerIdentity(
-            rank=rank,
-            world_size=len(self._slots),
-            local_rank=slot.local_rank,
-            local_world_size=slot.local_world_size,
-            prefix=self.name_prefix,
-        )
-        return type(self).rank_env_vars(identity, self._rendezvous, self.worker_env)
 
     def _create_actor(self, bundle: BundleRef, name: str, env: dict[str, str], launcher: ZygoteLauncher | None = None) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -346,16 +319,7 @@ class WorkerGroup(RankReplacement):
         """
         if self.fused_worker_used:
             return self.spawn_fused(prefix_set)
-        out: dict[str, WorkerGroup] = {}
-        for role in prefix_set:
-            group = self._attached_copy(self.cls_with_init)
-            prefix = role + "_"
-            for method_name in list(group.method_names):
-                if method_name.startswith(prefix):
-                    setattr(group, method_name[len(prefix) :], getattr(group, method_name))
-            group.sub_cls_name = role
-            out[role] = group
-        return out
+        return colocated_role_views(self, prefix_set, self._attached_copy)
 
     def spawn_fused(self, prefix_set: Iterable[str]) -> dict[str, WorkerGroup]:
         """One group per role of a fused group (``create_colocated_worker_raw_cls``), sharing its actors;
@@ -364,18 +328,7 @@ class WorkerGroup(RankReplacement):
         Raises:
             ConfigError: the group's class is not a fused worker class, or has no such role.
         """
-        raw_cls_dict = getattr(self.cls_with_init.user_cls if self.cls_with_init else None, "raw_cls_dict", None)
-        if raw_cls_dict is None:
-            raise ConfigError(f"group {self.name_prefix} is not a fused worker group (create_colocated_worker_raw_cls)")
-        out: dict[str, WorkerGroup] = {}
-        for role in prefix_set:
-            if role not in raw_cls_dict:
-                raise ConfigError(f"fused worker group {self.name_prefix} has no role {role!r} (roles: {sorted(raw_cls_dict)})")
-            group = self._attached_copy(ClassWithInitArgs(raw_cls_dict[role]))
-            group.fused_worker_used = True
-            group.sub_cls_name = role
-            out[role] = group
-        return out
+        return fused_role_views(self, prefix_set, self._attached_copy)
 
     def fuse(self, prefix_set: Iterable[str]) -> None:
         """Attach the role groups of a fused group as attributes: ``group.actor.add(...)``."""
@@ -394,6 +347,7 @@ class WorkerGroup(RankReplacement):
             worker_names=self._worker_names,
             worker_handles=self._workers,
             namespace=self.namespace,
+            environment=self.replacement.environment,
         )
         group._slots = list(self._slots)
         group._bundles = list(self._bundles)
@@ -402,7 +356,53 @@ class WorkerGroup(RankReplacement):
         group.resource_pool = self.resource_pool
         return group
 
-    # -- replacement ----------------------------------------------------------------------------
+    # -- replacement: carried out by self.replacement (RankReplacement says each one's contract) --
+    def replace_worker(self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None, fork: bool = True) -> Any:
+        """Kill rank ``rank``'s actor and start a fresh one in its bundle (or ``bundle``); the new handle."""
+        return self.replacement.replace_worker(rank, name_release_timeout_s, bundle, fork)
+
+    def take_over(self, rank: int, bundle: BundleRef, timeout_s: float = 60.0, keep_old: bool = False) -> Any:
+        """Let the standby in ``bundle`` become rank ``rank`` (a hand-over with ``keep_old``); its handle."""
+        return self.replacement.take_over(rank, bundle, timeout_s, keep_old)
+
+    def start_standbys(self, bundles: list[BundleRef], nice: int = 0, sched_idle: bool = False, preload: tuple[str, ...] = (), nodes: Mapping[BundleRef, str] | None = None) -> list[Standby]:
+        """Start a rank-less standby in each of ``bundles`` (free bundles of the group)."""
+        return self.replacement.start_standbys(bundles, nice, sched_idle, preload, nodes)
+
+    def drop_standby(self, bundle: BundleRef) -> None:
+        """Forget (and kill) the standby in ``bundle``."""
+        self.replacement.drop_standby(bundle)
+
+    def restore_predecessor(self, rank: int) -> None:
+        """A hand-over whose successor failed: the old actor is rank ``rank`` again."""
+        self.replacement.restore_predecessor(rank)
+
+    def end_predecessor(self, rank: int) -> None:
+        """End the old actor of a handed-over rank (nothing when it has none)."""
+        self.replacement.end_predecessor(rank)
+
+    def pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Rendezvous:
+        """A new rendezvous on rank 0's bundle, never the port in use; live ranks learn it through :meth:`propagate_rendezvous`."""
+        return self.replacement.pick_new_rendezvous(rank_zero, timeout_s)
+
+    def propagate_rendezvous(self, survivors: list[int], timeout_s: float = 60.0) -> list[int]:
+        """Give the live ``survivors`` the current rendezvous; the ranks that could not take it (replaced by the caller)."""
+        return self.replacement.propagate_rendezvous(survivors, timeout_s)
+
+    def all_bundles(self) -> list[BundleRef]:
+        """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
+        return self.replacement.all_bundles()
+
+    def placed_bundles(self) -> dict[BundleRef, str]:
+        """The node of every bundle of the group that is placed now, on an alive node."""
+        return self.replacement.placed_bundles()
+
+    @property
+    def zygotes(self) -> NodeZygotes | None:
+        """The nodes' zygotes fresh actors are forked from: the job's (given at creation), or the
+        group's own once standbys with a preload start (None: neither)."""
+        return self._zygotes
+
     @property
     def name(self) -> str:
         """The group's name in metrics and logs: its prefix without trailing separators."""
@@ -415,9 +415,6 @@ class WorkerGroup(RankReplacement):
         Raises:
             UnknownMethodError: the worker class has no such method.
         """
-        return self._remote(worker, method_name, args, kwargs)
-
-    def _remote(self, worker: Any, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self.fused_worker_used:
             if FUSED_METHOD_SEPARATOR in method_name:  # a role's, bound on the fused group
                 args = (method_name, *args)
@@ -449,9 +446,9 @@ class WorkerGroup(RankReplacement):
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``method_name`` on every rank; returns one ObjectRef per rank (see :meth:`rank_arguments`)."""
         if not args and not kwargs:  # nothing to split: the per-rank pairs are not built
-            return [self._remote(w, method_name, args, kwargs) for w in self._workers]
+            return [self.call_actor(w, method_name, args, kwargs) for w in self._workers]
         return [
-            self._remote(w, method_name, a, k) for w, (a, k) in zip(self._workers, self.rank_arguments(args, kwargs), strict=True)
+            self.call_actor(w, method_name, a, k) for w, (a, k) in zip(self._workers, self.rank_arguments(args, kwargs), strict=True)
         ]
 
     def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
@@ -466,7 +463,7 @@ class WorkerGroup(RankReplacement):
 
     def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``method_name`` on rank 0; returns its ObjectRef."""
-        return self._remote(self._workers[0], method_name, args, kwargs)
+        return self.call_actor(self._workers[0], method_name, args, kwargs)
 
     def execute_rank_zero_sync(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
         import ray
@@ -478,17 +475,23 @@ class WorkerGroup(RankReplacement):
         return self.execute_rank_zero_async(method_name, *args, **kwargs)
 
     # -- mesh dispatch info ---------------------------------------------------------------------
-    def dispatch_info(self, mesh_name: str) -> list[int]:
-        """dp rank of every rank on ``mesh_name`` (asked once, then cached)."""
-        if mesh_name not in self._dispatch_info:
-            self._dispatch_info[mesh_name] = self.execute_all_sync("_query_dispatch_info", mesh_name)
-        return self._dispatch_info[mesh_name]
+    def dispatch_info(self, mesh_name: Any) -> list[int]:
+        """dp rank of every rank on ``mesh_name`` (read once with :meth:`read_mesh_info`, then cached)."""
+        return self._mesh_info(mesh_name)[0]
 
-    def collect_info(self, mesh_name: str) -> list[bool]:
-        """Whether each rank's output is collected on ``mesh_name`` (asked once, then cached)."""
-        if mesh_name not in self._collect_info:
-            self._collect_info[mesh_name] = self.execute_all_sync("_query_collect_info", mesh_name)
-        return self._collect_info[mesh_name]
+    def collect_info(self, mesh_name: Any) -> list[bool]:
+        """Whether each rank's output is collected on ``mesh_name`` (read once, then cached)."""
+        return self._mesh_info(mesh_name)[1]
+
+    def read_mesh_info(self, mesh_name: Any) -> tuple[list[int], list[bool]]:
+        """Ask every rank for its dp rank and whether its output is collected on ``mesh_name`` (a group
+        whose workers register their meshes otherwise, verl's, asks its own way)."""
+        return self.execute_all_sync("_query_dispatch_info", mesh_name), self.execute_all_sync("_query_collect_info", mesh_name)
+
+    def _mesh_info(self, mesh_name: Any) -> tuple[list[int], list[bool]]:
+        if mesh_name not in self._dispatch_info or mesh_name not in self._collect_info:
+            self._dispatch_info[mesh_name], self._collect_info[mesh_name] = self.read_mesh_info(mesh_name)
+        return self._dispatch_info[mesh_name], self._collect_info[mesh_name]
 
     # -- introspection --------------------------------------------------------------------------
     @property
@@ -582,7 +585,7 @@ class WorkerGroup(RankReplacement):
         self._standbys = {}
         if not ray.is_initialized():
             return
-        self._end(workers, wait=True)  # a daemon that ends next would leave late beats for gc
+        self.replacement.end_actors(workers, wait=True)  # a daemon that ends next would leave late beats for gc
         if keepers:
             self.fence.kill_actors(keepers)
         if workers:

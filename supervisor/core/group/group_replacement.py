@@ -2,8 +2,9 @@
 bundle (forked from its node's zygote where one is ready), a standby taking a rank over, a hand-over
 that keeps the old actor until its successor serves, and the new rendezvous a new rank 0 brings.
 
-:class:`RankReplacement` is a base class of ``WorkerGroup`` and works on its state (the ranks' actors,
-names and bundles, its standbys, zygotes and rendezvous); it is not used on its own.
+:class:`RankReplacement` is a component the group holds (composition, not a base class): it works on
+the group's state and gets each rank's environment from the group's
+:class:`~.rank_environment.RankEnvironment` strategy, which an integration supplies.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError, first_line
 from ...observability.log import get_logger
@@ -22,6 +23,9 @@ from ..worker.env import Rendezvous, standby_env_vars
 from ..worker.worker_base import send_rendezvous
 from ..worker.zygote import NodeZygotes, ZygoteLauncher
 from .rendezvous import pick_rendezvous
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["FIRST_FORK_WAIT_S", "Predecessor", "RankReplacement", "Standby"]
 
@@ -83,18 +87,19 @@ class RankReplacement:
             TimeoutError: Ray did not release the old actor's name in time.
         """
         self._check_replaceable(rank)
-        name = self._worker_names[rank]
+        name = self.group._worker_names[rank]
         self._kill_rank(rank)
+        self.environment.before_new_actor(rank)
         self._wait_name_released(name, name_release_timeout_s)
         if bundle is not None:
-            self._bundles[rank] = bundle
+            self.group._bundles[rank] = bundle
         if rank == 0:
             self._pick_new_rendezvous()
-        launcher = self._fork_launcher(self._bundles[rank]) if fork else None
-        handle = self._create_actor(self._bundles[rank], name, self._rank_env(rank), launcher)
-        self._workers[rank] = handle
+        launcher = self._fork_launcher(self.group._bundles[rank]) if fork else None
+        handle = self.group._create_actor(self.group._bundles[rank], name, self.rank_env(rank), launcher)
+        self.group._workers[rank] = handle
         if launcher is not None:
-            log.info("replacement_forked", group=self.name_prefix, rank=rank, zygote=launcher.name)
+            log.info("replacement_forked", group=self.group.name_prefix, rank=rank, zygote=launcher.name)
         return handle
 
     def _fork_launcher(self, bundle: BundleRef) -> ZygoteLauncher | None:
@@ -106,20 +111,20 @@ class RankReplacement:
         old actor is gone already."""
         from ray.util import placement_group_table
 
-        if self._zygotes is None:
+        if self.group._zygotes is None:
             return None
         try:
             node = (
-                placement_group_table(self._pgs[bundle.pg_index])
+                placement_group_table(self.group._pgs[bundle.pg_index])
                 .get("bundles_to_node_id", {})
                 .get(bundle.bundle_index)
             )
             if not node:
                 return None
-            return self._zygotes.wait_ready([node], FIRST_FORK_WAIT_S)[node]
+            return self.group._zygotes.wait_ready([node], FIRST_FORK_WAIT_S)[node]
         except Exception as exc:
             log.debug(
-                "replacement_not_forked", group=self.name_prefix, bundle=str(bundle), error=first_line(exc)
+                "replacement_not_forked", group=self.group.name_prefix, bundle=str(bundle), error=first_line(exc)
             )
             return None
 
@@ -146,34 +151,34 @@ class RankReplacement:
         import ray
 
         self._check_replaceable(rank)
-        standby = self._standbys.pop(bundle, None)
+        standby = self.group._standbys.pop(bundle, None)
         if standby is None:
-            raise ConfigError(f"group {self.name_prefix} has no standby in bundle {bundle}")
+            raise ConfigError(f"group {self.group.name_prefix} has no standby in bundle {bundle}")
         if not keep_old:
             self._kill_rank(rank)
-        previous, rendezvous = self._bundles[rank], self._rendezvous
-        self._bundles[rank] = bundle
+        previous, rendezvous = self.group._bundles[rank], self.group._rendezvous
+        self.group._bundles[rank] = bundle
         try:
             if rank == 0:
                 self._pick_new_rendezvous(rank_zero=standby.handle, timeout_s=timeout_s)
             info = ray.get(
-                standby.handle._supervisor_take_over.remote(self._rank_env(rank)), timeout=timeout_s
+                standby.handle._supervisor_take_over.remote(self.rank_env(rank)), timeout=timeout_s
             )
         except BaseException:
-            self._bundles[rank] = previous
+            self.group._bundles[rank] = previous
             if keep_old:  # the old rank 0 serves on: so does the rendezvous the others use
-                self._rendezvous = rendezvous
-            self._end([standby.handle])
+                self.group._rendezvous = rendezvous
+            self.end_actors([standby.handle])
             raise
         if keep_old:
-            self.predecessors[rank] = Predecessor(
-                self._workers[rank], previous, self._worker_names[rank], self.rank_nodes.get(rank), rendezvous
+            self.group.predecessors[rank] = Predecessor(
+                self.group._workers[rank], previous, self.group._worker_names[rank], self.group.rank_nodes.get(rank), rendezvous
             )
-        self._workers[rank] = standby.handle
-        self._worker_names[rank] = standby.name
-        self.rank_nodes[rank] = info["node_id"]
+        self.group._workers[rank] = standby.handle
+        self.group._worker_names[rank] = standby.name
+        self.group.rank_nodes[rank] = info["node_id"]
         log.info(
-            "standby_took_over", group=self.name_prefix, rank=rank, actor=standby.name, bundle=str(bundle)
+            "standby_took_over", group=self.group.name_prefix, rank=rank, actor=standby.name, bundle=str(bundle)
         )
         return standby.handle
 
@@ -189,66 +194,60 @@ class RankReplacement:
         With ``preload`` (module names), a standby whose bundle's node (``nodes``) has a ready zygote
         that imported them is forked from it (:mod:`supervisor.core.worker.zygote`); the zygote is started
         on the first call for its node, and until it is ready standbys there start as plain processes."""
-        if self.resource_pool is None or self.cls_with_init is None or self._rendezvous is None:
+        if self.group.resource_pool is None or self.group.cls_with_init is None or self.group._rendezvous is None:
             raise ConfigError(
-                f"group {self.name_prefix} did not create its actors, so it cannot start standbys"
+                f"group {self.group.name_prefix} did not create its actors, so it cannot start standbys"
             )
         env = standby_env_vars(
-            len(self._slots), self.name_prefix, self._rendezvous, self.worker_env, nice, sched_idle
+            len(self.group._slots), self.group.name_prefix, self.group._rendezvous, self.group.worker_env, nice, sched_idle
         )
         started = []
-        if not preload and self._zygotes_shared and self._zygotes is not None:
-            preload = self._zygotes.preload  # the job's zygotes, which the ranks were forked from
+        if not preload and self.group._zygotes_shared and self.group._zygotes is not None:
+            preload = self.group._zygotes.preload  # the job's zygotes, which the ranks were forked from
         if preload:  # a zygote on every node of the group: a standby may next be due in any of its bundles
             self._zygotes_of(preload).warm((nodes or {}).values())
         for bundle in bundles:
-            if bundle in self._standbys or bundle in self._bundles:
-                raise ConfigError(f"bundle {bundle} of group {self.name_prefix} is not free")
-            name = f"{self.name_prefix}{self.cls_with_init.user_cls.__name__}_standby-{uuid.uuid4().hex[:8]}"
+            if bundle in self.group._standbys or bundle in self.group._bundles:
+                raise ConfigError(f"bundle {bundle} of group {self.group.name_prefix} is not free")
+            name = f"{self.group.name_prefix}{self.group.cls_with_init.user_cls.__name__}_standby-{uuid.uuid4().hex[:8]}"
             launcher = self._zygotes_of(preload).launcher((nodes or {}).get(bundle)) if preload else None
             zygote = launcher.name if launcher is not None else None
-            standby = Standby(name, self._create_actor(bundle, name, env, launcher), bundle, zygote)
-            self._standbys[bundle] = standby
+            standby = Standby(name, self.group._create_actor(bundle, name, env, launcher), bundle, zygote)
+            self.group._standbys[bundle] = standby
             started.append(standby)
         return started
 
-    @property
-    def zygotes(self) -> NodeZygotes | None:
-        """The nodes' zygotes fresh actors are forked from: the job's (given at creation), or the
-        group's own once standbys with a preload start (None: neither)."""
-        return self._zygotes
-
     def _zygotes_of(self, preload: tuple[str, ...]) -> NodeZygotes:
-        if self._zygotes is None or self._zygotes.preload != tuple(preload):
-            if self._zygotes is not None and not self._zygotes_shared:
-                self.fence.kill_actors(self._zygotes.take_handles())
-            self._zygotes_shared = False  # standbys of another preload: zygotes of this group's own
+        if self.group._zygotes is None or self.group._zygotes.preload != tuple(preload):
+            if self.group._zygotes is not None and not self.group._zygotes_shared:
+                self.group.fence.kill_actors(self.group._zygotes.take_handles())
+            self.group._zygotes_shared = False  # standbys of another preload: zygotes of this group's own
             runtime_env = (
-                self.cls_with_init.options.get("runtime_env") if self.cls_with_init is not None else None
+                self.group.cls_with_init.options.get("runtime_env") if self.group.cls_with_init is not None else None
             )
-            self._zygotes = NodeZygotes(
-                self.name_prefix,
-                self.namespace,
+            self.group._zygotes = NodeZygotes(
+                self.group.name_prefix,
+                self.group.namespace,
                 tuple(preload),
-                self.detached,
-                lambda handles: self.fence.kill_actors(handles),
+                self.group.detached,
+                lambda handles: self.group.fence.kill_actors(handles),
                 runtime_env,
             )
-        return self._zygotes
+        return self.group._zygotes
 
     def drop_standby(self, bundle: BundleRef) -> None:
         """Forget (and kill) the standby in ``bundle``, e.g. because it died."""
-        standby = self._standbys.pop(bundle, None)
+        standby = self.group._standbys.pop(bundle, None)
         if standby is not None:
-            self._end([standby.handle])
+            self.end_actors([standby.handle])
 
     def all_bundles(self) -> list[BundleRef]:
         """Every bundle the group may use: its ranks' bundles in the layout, then the pool's spares."""
-        layout = [s.bundle for s in self._slots]
+        layout = [s.bundle for s in self.group._slots]
         spares = []
-        if self.resource_pool is not None and self.resource_pool.spare_pg is not None:
-            spare_index = len(self._pgs) - 1
-            spares = [BundleRef(spare_index, b) for b in range(self.resource_pool.spare_bundle_count)]
+        if self.group.resource_pool is not None and self.group.resource_pool.spare_pg is not None:
+            spare_index = len(self.group._pgs) - 1
+            spares = [BundleRef(spare_index, b) for b in range(self.group.resource_pool.spare_bundle_count)]
         return [*layout, *spares]
 
     def placed_bundles(self) -> dict[BundleRef, str]:
@@ -261,24 +260,24 @@ class RankReplacement:
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         out: dict[BundleRef, str] = {}
         for index in sorted({b.pg_index for b in self.all_bundles()}):
-            table = placement_group_table(self._pgs[index])
+            table = placement_group_table(self.group._pgs[index])
             for bundle_index, node in table.get("bundles_to_node_id", {}).items():
                 if node in alive:
                     out[BundleRef(index, int(bundle_index))] = str(node)
         return out
 
     def _check_replaceable(self, rank: int) -> None:
-        if not self._slots or self.resource_pool is None or self.cls_with_init is None:
+        if not self.group._slots or self.group.resource_pool is None or self.group.cls_with_init is None:
             raise ConfigError(
-                f"group {self.name_prefix} did not create its actors, so it cannot replace them"
+                f"group {self.group.name_prefix} did not create its actors, so it cannot replace them"
             )
-        if not 0 <= rank < len(self._workers):
-            raise ConfigError(f"rank {rank} is outside 0..{len(self._workers) - 1}")
+        if not 0 <= rank < len(self.group._workers):
+            raise ConfigError(f"rank {rank} is outside 0..{len(self.group._workers) - 1}")
 
-    def _end(self, handles: list[Any], wait: bool = False) -> None:
+    def end_actors(self, handles: list[Any], wait: bool = False) -> None:
         """Kill actors of this group (through the owner fence) and delete their heartbeats once their
         processes have ended: waiting for that when ``wait``, else on a thread of its own."""
-        self.fence.kill_actors(handles)
+        self.group.fence.kill_actors(handles)
         ids = [h._actor_id.hex() for h in handles]
         try:
             if wait:
@@ -286,30 +285,30 @@ class RankReplacement:
             else:
                 clear_beats_once_ended_later(ids)
         except Exception as exc:  # a leftover beat is a few bytes in the GCS: not worth failing a kill
-            log.debug("heartbeats_not_cleared", group=self.name_prefix, error=first_line(exc))
+            log.debug("heartbeats_not_cleared", group=self.group.name_prefix, error=first_line(exc))
 
     def restore_predecessor(self, rank: int) -> None:
         """A hand-over whose successor failed after taking the rank: the old actor is the rank again
         (with its bundle, name, node and, for rank 0, the rendezvous the other ranks still use), and
         the successor is ended."""
-        old = self.predecessors.pop(rank)
-        failed = self._workers[rank]
-        self._workers[rank], self._bundles[rank], self._worker_names[rank] = old.handle, old.bundle, old.name
+        old = self.group.predecessors.pop(rank)
+        failed = self.group._workers[rank]
+        self.group._workers[rank], self.group._bundles[rank], self.group._worker_names[rank] = old.handle, old.bundle, old.name
         if old.node is not None:
-            self.rank_nodes[rank] = old.node
+            self.group.rank_nodes[rank] = old.node
         if rank == 0 and old.rendezvous is not None:
-            self._rendezvous = old.rendezvous
-        self._end([failed])
+            self.group._rendezvous = old.rendezvous
+        self.end_actors([failed])
 
     def end_predecessor(self, rank: int) -> None:
         """End the old actor of a handed-over rank (nothing when it has none)."""
-        old = self.predecessors.pop(rank, None)
+        old = self.group.predecessors.pop(rank, None)
         if old is not None:
-            self._end([old.handle])
+            self.end_actors([old.handle])
 
     def _kill_rank(self, rank: int) -> None:
-        self._end([self._workers[rank]])
-        self.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
+        self.end_actors([self.group._workers[rank]])
+        self.group.rank_nodes.pop(rank, None)  # the new incarnation's node is learnt when it answers
 
     def _wait_name_released(self, name: str, timeout_s: float) -> None:
         # ray.kill is asynchronous: the GCS frees the name once the actor is DEAD.
@@ -317,7 +316,7 @@ class RankReplacement:
 
         def released() -> bool:
             try:
-                ray.get_actor(name, namespace=self.namespace)
+                ray.get_actor(name, namespace=self.group.namespace)
             except ValueError:
                 return True
             return False
@@ -333,20 +332,21 @@ class RankReplacement:
     def _pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Rendezvous:
         # On rank 0's bundle (asked of rank 0's actor when it runs already), and never the previous
         # port: stale peers may still connect to it.
-        first = self._bundles[0]
-        previous = self._rendezvous.master_port if self._rendezvous else None
-        self._rendezvous = pick_rendezvous(
-            self._pgs[first.pg_index],
+        first = self.group._bundles[0]
+        previous = self.group._rendezvous.master_port if self.group._rendezvous else None
+        self.group._rendezvous = pick_rendezvous(
+            self.group._pgs[first.pg_index],
             first.bundle_index,
             avoid_port=previous,
             timeout_s=timeout_s,
             rank_zero=rank_zero,
         )
-        if self.on_rendezvous_picked is not None:
+        self.environment.rendezvous_picked(self.group._rendezvous)
+        if self.group.on_rendezvous_picked is not None:
             # Before any actor has it: an owner that persists the rendezvous (the daemon's record)
             # must know it first, or a crash now would leave a rank 0 nobody knows the address of.
-            self.on_rendezvous_picked(self._rendezvous)
-        return self._rendezvous
+            self.group.on_rendezvous_picked(self.group._rendezvous)
+        return self.group._rendezvous
 
     def propagate_rendezvous(self, survivors: list[int], timeout_s: float = 60.0) -> list[int]:
         """After rank 0 got a new rendezvous, tell the live ``survivors`` (updated in place).
@@ -357,9 +357,9 @@ class RankReplacement:
         """
         import ray
 
-        assert self._rendezvous is not None
-        rdv = self._rendezvous
-        refs = {send_rendezvous(self._workers[r], rdv.master_addr, rdv.master_port): r for r in survivors}
+        assert self.group._rendezvous is not None
+        rdv = self.group._rendezvous
+        refs = {send_rendezvous(self.group._workers[r], rdv.master_addr, rdv.master_port): r for r in survivors}
         # One deadline for all: stuck ranks must not add up their timeouts.
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
         lost = [refs[ref] for ref in refs if ref not in set(ready)]

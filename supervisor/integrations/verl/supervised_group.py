@@ -33,7 +33,7 @@ from ...core.group.binding import BoundGroupMethod, registered_methods
 from ...core.group.dispatch import make_nd_compute_dataproto_dispatch_fn, mesh_of
 from ...core.group.group import DEFAULT_NAMESPACE, WorkerGroup
 from ...core.group.protocol_family import ProtocolFamily, register_protocol_family
-from ...core.worker.env import verl_worker_env_vars
+from ...core.worker.env import Rendezvous, WorkerIdentity, verl_worker_env_vars
 from ...core.worker.worker_base import (
     MESH_INFO_METHOD,
     RUN_IN_ORDER_METHOD,
@@ -43,7 +43,6 @@ from ...core.worker.worker_base import (
 from ...errors import ConfigError, UnknownMethodError, first_line
 from ...observability.hooks import default_hooks
 from ...observability.log import get_logger
-from ...placement.layout import BundleRef
 from ...retrying import Backoff, WaitReport, retry
 from ...state.kinds import StateConfig, StateKind
 from ...supervision.config import SupervisionConfig
@@ -91,33 +90,66 @@ def _verl_family() -> ProtocolFamily:
 register_protocol_family("verl", _verl_family)
 
 
+class VerlRankEnvironment:
+    """The environment strategy of a :class:`VerlRanks` group (a
+    :class:`~supervisor.core.group.rank_environment.RankEnvironment`): exactly verl's variables, and,
+    when the group is ``collective`` (its ranks join a process group in their constructor), a
+    replaced rank other than 0 waits (bounded by ``rendezvous_wait_s``) for rank 0's replacement,
+    running side by side in a one_for_all rebuild, to pick the rebuild's new rendezvous: its
+    constructor connects to it at once."""
+
+    def __init__(self, ranks: VerlRanks) -> None:
+        self.ranks = ranks
+        self.cond = threading.Condition()
+        self.generation = 0  # rendezvous picked so far
+        self.env_generation: dict[int, int] = {}  # rank -> the rendezvous its actor was created with
+
+    def env_vars(self, identity: WorkerIdentity, rendezvous: Rendezvous, user_env: dict[str, str]) -> dict[str, str]:
+        self.env_generation[identity.rank] = self.generation
+        return verl_worker_env_vars(identity, rendezvous, user_env)
+
+    def rendezvous_picked(self, rendezvous: Rendezvous) -> None:
+        with self.cond:
+            self.generation += 1
+            self.cond.notify_all()
+
+    def before_new_actor(self, rank: int) -> None:
+        ranks = self.ranks
+        if not ranks.collective or rank == 0:
+            return
+        seen = self.env_generation.get(rank, 0)
+        started = reported = time.monotonic()
+        with self.cond:
+            while self.generation <= seen and 0 in ranks.ranks_being_rebuilt():
+                now = time.monotonic()
+                if now - started >= ranks.rendezvous_wait_s:
+                    log.warning("replacement_rendezvous_not_picked", group=ranks.name, rank=rank, waited_s=round(now - started, 1))
+                    return
+                if now - reported >= 5.0:
+                    reported = now
+                    log.info("replacement_waiting_for_rendezvous", group=ranks.name, rank=rank, waited_s=round(now - started, 1))
+                self.cond.wait(0.25)
+
+
 class VerlRanks(WorkerGroup):
     """The WorkerGroup under a :class:`SupervisedRayWorkerGroup`: verl's registrations, verl's
-    environment variables, verl's DataProtoFuture for non-blocking calls.
-
-    A group whose ranks join a process group in their constructor (``collective``) gives every
-    replacement of a one_for_all rebuild the rebuild's new rendezvous: a rank other than 0 waits
-    (bounded) for rank 0's replacement to pick it, since its constructor connects to it at once.
+    environment variables (:class:`VerlRankEnvironment`), verl's DataProtoFuture for non-blocking calls.
     """
 
     read_method_spec = staticmethod(read_verl_method_spec)
-    rank_env_vars = staticmethod(verl_worker_env_vars)
     protocol_family = "verl"
 
-    collective = False
+    collective = False  # its ranks join a process group in their constructor (see VerlRankEnvironment)
     rendezvous_wait_s = 30.0
 
     def __init__(self, *args: Any, roles: tuple[str, ...] = (), fused_roles: dict[str, type] | None = None, **kwargs: Any) -> None:
-        self._rdv_cond = threading.Condition()
-        self._rdv_generation = 0  # rendezvous picked so far
-        self._env_generation: dict[int, int] = {}  # rank -> rendezvous its actor was created with
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, environment=VerlRankEnvironment(self), **kwargs)
         self._bind_fused_roles(fused_roles or {})
         self._qualify_role_meshes(roles)
 
     def _bind_fused_roles(self, roles: dict[str, type]) -> None:
         # A fused worker's roles are not methods of its class: each registered method of a role is bound
-        # as role_fwmn_method, and _remote sends it through _fuw_execute.
+        # as role_fwmn_method, and call_actor sends it through _fuw_execute.
         for role, role_cls in roles.items():
             for name, spec in registered_methods(role_cls, self.read_method_spec).items():
                 fused = fused_method_name(role, name)
@@ -136,64 +168,20 @@ class VerlRanks(WorkerGroup):
                 spec = dataclasses.replace(bound.spec, dispatch_mode=make_nd_compute_dataproto_dispatch_fn((role, mesh)))  # type: ignore[union-attr]
                 setattr(self, name, BoundGroupMethod(self, name, spec))
 
-    def dispatch_info(self, mesh_name: Any) -> list[int]:
-        if mesh_name not in self._dispatch_info:
-            self._read_mesh(mesh_name)
-        return self._dispatch_info[mesh_name]
-
-    def collect_info(self, mesh_name: Any) -> list[bool]:
-        if mesh_name not in self._collect_info:
-            self._read_mesh(mesh_name)
-        return self._collect_info[mesh_name]
-
-    def _read_mesh(self, mesh: Any, timeout_s: float = 120.0) -> None:
+    def read_mesh_info(self, mesh_name: Any, timeout_s: float = 120.0) -> tuple[list[int], list[bool]]:
         # One call for both: verl's Worker registers them together, on the worker or on a role's. A
         # rank being replaced (dead, or not set up again yet) answers once it serves: wait for it.
         import ray
 
         def recovering(exc: BaseException) -> bool:
-            return isinstance(exc, ray.exceptions.RayActorError) or (isinstance(exc, ray.exceptions.RayError) and bool(self._rebuilding()))
+            return isinstance(exc, ray.exceptions.RayActorError) or (isinstance(exc, ray.exceptions.RayError) and bool(self.ranks_being_rebuilt()))
 
-        report = WaitReport(log, "mesh_info_waiting_for_ranks", {"group": self.name, "mesh": str(mesh)})
-        answers = retry(lambda: self.execute_all_sync(MESH_INFO_METHOD, mesh), Backoff.fixed(0.5), recovering, timeout_s=timeout_s, report=report)
-        self._dispatch_info[mesh] = [int(a[0]) for a in answers]
-        self._collect_info[mesh] = [bool(a[1]) for a in answers]
+        report = WaitReport(log, "mesh_info_waiting_for_ranks", {"group": self.name, "mesh": str(mesh_name)})
+        answers = retry(lambda: self.execute_all_sync(MESH_INFO_METHOD, mesh_name), Backoff.fixed(0.5), recovering, timeout_s=timeout_s, report=report)
+        return [int(a[0]) for a in answers], [bool(a[1]) for a in answers]
 
-    def _pick_new_rendezvous(self, rank_zero: Any = None, timeout_s: float = 120.0) -> Any:
-        rdv = super()._pick_new_rendezvous(rank_zero, timeout_s)
-        with self._rdv_cond:
-            self._rdv_generation += 1
-            self._rdv_cond.notify_all()
-        return rdv
-
-    def _rank_env(self, rank: int) -> dict[str, str]:
-        self._env_generation[rank] = self._rdv_generation
-        return super()._rank_env(rank)
-
-    def replace_worker(
-        self, rank: int, name_release_timeout_s: float = 30.0, bundle: BundleRef | None = None, fork: bool = True
-    ) -> Any:
-        if not self.collective or rank == 0:
-            return super().replace_worker(rank, name_release_timeout_s, bundle, fork)
-        self._check_replaceable(rank)
-        seen = self._env_generation.get(rank, 0)
-        self._kill_rank(rank)
-        started = time.monotonic()
-        reported = started
-        with self._rdv_cond:
-            # Rank 0's replacement (running side by side in a one_for_all rebuild) picks the new one.
-            while self._rdv_generation <= seen and 0 in self._rebuilding():
-                now = time.monotonic()
-                if now - started >= self.rendezvous_wait_s:
-                    log.warning("replacement_rendezvous_not_picked", group=self.name, rank=rank, waited_s=round(now - started, 1))
-                    break
-                if now - reported >= 5.0:
-                    reported = now
-                    log.info("replacement_waiting_for_rendezvous", group=self.name, rank=rank, waited_s=round(now - started, 1))
-                self._rdv_cond.wait(0.25)
-        return super().replace_worker(rank, name_release_timeout_s, bundle, fork)
-
-    def _rebuilding(self) -> set[int]:
+    def ranks_being_rebuilt(self) -> set[int]:
+        """The ranks its supervisor is recovering now (none without a supervisor)."""
         supervisor = self.supervisor
         if supervisor is None:
             return set()
