@@ -219,6 +219,9 @@ def test_the_supervised_group_interface_is_read_from_its_protocol(tmp_path):
     assert "| `name` | attribute: `str` | The group's name. |" in table
     assert "| `world_size` | property: `int` | How many ranks. |" in table
     assert "`propagate_rendezvous(ranks: list[int]) -> list[int]`" in table and "More" not in table and "_private" not in table
+    real = refs.supervised_group_interface()  # core's own: what the architecture page shows
+    for member in ("call_actor", "replace_worker", "take_over", "pick_new_rendezvous", "propagate_rendezvous"):
+        assert f"| `{member}` | `{member}(" in real, member
     with pytest.raises(FileNotFoundError, match="does not exist"):
         refs.supervised_group_interface(tmp_path / "missing.py")
     source.write_text("class SupervisedGroup:\n    name: str\n")

@@ -4,7 +4,8 @@ A page asks for one with a marker line, ``<!-- generated: NAME -->``; :func:`on_
 MkDocs hook, see ``mkdocs.yml``) replaces it with :data:`GENERATORS` ``[NAME]()``. Each fact has one
 source: the spec's fields come from its JSON Schema (itself generated from the spec's dataclasses and
 their comments), the metrics from the registry, the errors from the exception classes, the Python API
-from ``supervisor.__all__``, the layers from the package's own imports. The CLI reference is
+from ``supervisor.__all__``, the layers from the package's own imports, the interface between
+supervision and the group from core's ``SupervisedGroup`` Protocol. The CLI reference is
 mkdocs-click's, from the click commands (``reference/cli.md``).
 
 The site's address is set once, in ``ops/docs_url`` (alerts link their runbook pages under it):
@@ -443,35 +444,75 @@ def _is_protocol(node: ast.ClassDef) -> bool:
     return any(ast.unparse(base).split(".")[-1].split("[")[0] == "Protocol" for base in node.bases)
 
 
-def _member_rows(cls: ast.ClassDef) -> list[str]:
-    """One table row per member of a Protocol class: a property or attribute with its type, a method
-    with its signature, each with the first paragraph of its docstring (an attribute's: the string
-    right below it)."""
-    rows = []
-    body = cls.body
-    for i, node in enumerate(body):
+def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """``name(arg: T = default, ...) -> R``, without ``self``."""
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    parts = []
+
+    def one(arg: ast.arg, default: ast.expr | None, star: str = "") -> str:
+        text = star + arg.arg + (f": {ast.unparse(arg.annotation)}" if arg.annotation else "")
+        return text + (f" = {ast.unparse(default)}" if default is not None else "")
+
+    parts = [one(arg, default) for arg, default in zip(positional, defaults, strict=True) if arg.arg != "self"]
+    if args.vararg:
+        parts.append(one(args.vararg, None, "*"))
+    elif args.kwonlyargs:
+        parts.append("*")
+    parts += [one(arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    if args.kwarg:
+        parts.append(one(args.kwarg, None, "**"))
+    returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+    return f"{node.name}({', '.join(parts)}){returns}"
+
+
+def _class_doc_notes(doc: str) -> dict[str, str]:
+    """What a class docstring says of its members in passing: ````name```` (or ````a```` and ````b````)
+    followed by ``(what it is)``."""
+    notes = {}
+    for match in re.finditer(r"``(\w+)``((?: and ``\w+``)*) \(([^()]*)\)", doc):
+        for name in [match.group(1), *re.findall(r"``(\w+)``", match.group(2))]:
+            notes.setdefault(name, " ".join(match.group(3).split()))
+    return notes
+
+
+def _member_rows(cls: ast.ClassDef, lines: list[str]) -> list[str]:
+    """One table row per public member of a Protocol class: a property or attribute with its type, a
+    method with its signature, each with what it is: the first paragraph of its docstring (an
+    attribute's: the string right below it), else the comment right above it (or above the members
+    right before it, with no blank line between), else what the class docstring says of it."""
+    notes = _class_doc_notes(ast.get_docstring(cls) or "")
+    rows: list[str] = []
+    comment, previous_end = "", 0
+    for i, node in enumerate(cls.body):
+        above = []
+        line = node.lineno - 2 - len(getattr(node, "decorator_list", []))
+        while line >= 0 and lines[line].strip().startswith("#"):
+            above.insert(0, lines[line].strip().lstrip("#").strip())
+            line -= 1
+        if above:
+            comment = " ".join(above)
+        elif previous_end != line + 1:  # a blank line (or a docstring) ends what a comment above says
+            comment = ""
+        previous_end = node.end_lineno or node.lineno
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            if node.name.startswith("_"):
-                continue
-            doc = ast.get_docstring(node) or ""
-            returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+            name, doc = node.name, ast.get_docstring(node) or ""
             if any(ast.unparse(d).endswith("property") for d in node.decorator_list):
                 kind = f"property: `{ast.unparse(node.returns)}`" if node.returns else "property"
             else:
-                args = ast.unparse(node.args).removeprefix("self, ").removeprefix("self")
-                kind = f"`{node.name}({args}){returns}`"
+                kind = f"`{_signature(node)}`"
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if node.target.id.startswith("_"):
-                continue
-            following = body[i + 1] if i + 1 < len(body) else None
+            following = cls.body[i + 1] if i + 1 < len(cls.body) else None
             is_doc = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)
-            doc = inspect.cleandoc(following.value.value) if is_doc else ""
+            name, doc = node.target.id, inspect.cleandoc(following.value.value) if is_doc else ""
             kind = f"attribute: `{ast.unparse(node.annotation)}`"
         else:
             continue
-        name = node.name if not isinstance(node, ast.AnnAssign) else node.target.id
-        first = " ".join(doc.split("\n\n")[0].split())
-        rows.append(f"| `{name}` | {_cell(kind)} | {_cell(first)} |")
+        if name.startswith("_"):
+            continue
+        what = " ".join(doc.split("\n\n")[0].split()) or comment or notes.get(name, "—")
+        rows.append(f"| `{name}` | {_cell(kind)} | {_cell(what)} |")
     return rows
 
 
@@ -484,12 +525,13 @@ def supervised_group_interface(path: Path = INTERFACE_FILE) -> str:
             f"the generated block 'supervised-group-interface' reads the typing.Protocol {INTERFACE_CLASS} from {where}, "
             "which does not exist: add the file, or remove the block's marker from the page"
         )
-    tree = ast.parse(path.read_text())
+    source = path.read_text()
+    tree = ast.parse(source)
     found = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == INTERFACE_CLASS and _is_protocol(n)]
     if not found:
         raise LookupError(f"{where} defines no typing.Protocol named {INTERFACE_CLASS} (the generated block 'supervised-group-interface' reads it)")
     cls = found[0]
-    rows = _member_rows(cls)
+    rows = _member_rows(cls, source.splitlines())
     if not rows:
         raise LookupError(f"{where}: the Protocol {INTERFACE_CLASS} has no public member to document")
     doc = " ".join((ast.get_docstring(cls) or "").split("\n\n")[0].split())
