@@ -82,6 +82,13 @@ def _cell(text: str) -> str:
     return _RST_ROLE.sub(r"`\1`", text).replace("|", "\\|").replace("\n", " ")
 
 
+def _code_cell(text: str) -> str:
+    """Like :func:`_cell`, for text with code spans whose pipes (``X | None``) stay as they are: the
+    tables extension does not split a cell inside a code span, and would show the escape there."""
+    parts = _RST_ROLE.sub(r"`\1`", text).replace("\n", " ").split("`")
+    return "`".join(part if i % 2 else part.replace("|", "\\|") for i, part in enumerate(parts))
+
+
 def _spec_table(heading: str, table: dict[str, Any]) -> list[str]:
     required = set(table.get("required", []))
     out = [f"### `{heading}`", ""]
@@ -512,7 +519,7 @@ def _member_rows(cls: ast.ClassDef, lines: list[str]) -> list[str]:
         if name.startswith("_"):
             continue
         what = " ".join(doc.split("\n\n")[0].split()) or comment or notes.get(name, "—")
-        rows.append(f"| `{name}` | {_cell(kind)} | {_cell(what)} |")
+        rows.append(f"| `{name}` | {_code_cell(kind)} | {_code_cell(what)} |")
     return rows
 
 
