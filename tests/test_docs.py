@@ -172,11 +172,61 @@ def test_the_layer_diagram_follows_the_packages_imports():
     graph = refs.layer_graph()
     assert "core" in graph["supervision"] and "supervision" not in graph.get("core", set())
     page = refs.architecture_diagram()
-    assert page.startswith("<svg")
+    assert page.startswith('<div class="layer-stack"')
     rows = {line.split("|")[1].strip().strip("`"): line.split("|")[3] for line in page.splitlines() if line.startswith("| `")}
     assert set(rows) == set(graph)
-    assert rows["observability"].strip() == "`version`" and "`supervision`" not in rows["core"]
+    assert rows["observability"].strip() == "`failure`, `version`" and "`supervision`" not in rows["core"]
     assert "`integrations`" in rows["run"] and "`run`" in rows["integrations"]
+
+
+def test_the_layer_bands_stack_every_import_downwards_and_only_skipping_imports_are_drawn():
+    refs = _references()
+    graph = refs.layer_graph()
+    bands = refs.layer_bands(graph)
+    band_of = {layer: i for i, band in enumerate(bands) for layer in band}
+    assert set(band_of) == set(graph) and band_of["errors"] == 0 and band_of["run"] == band_of["integrations"]
+    for layer, targets in graph.items():
+        outside = {t for t in targets if band_of[t] != band_of[layer]}
+        assert all(band_of[t] < band_of[layer] for t in outside), layer
+        assert not outside or max(band_of[t] for t in outside) == band_of[layer] - 1, f"{layer} floats above its imports"
+    page = refs.architecture_diagram()
+    drawn = set(re.findall(r'title="(\w+) imports (\w+)"', page))
+    skipping = {(s, t) for s, targets in graph.items() for t in targets if band_of[t] < band_of[s] - 1}
+    assert skipping and skipping <= drawn, skipping - drawn
+    assert not {(s, t) for s, t in drawn if s in graph and band_of[t] >= band_of[s] - 1}, "an import of the band below is drawn"
+    assert {t for s, t in drawn if s == refs.ROOT_LAYER}, "the package's __init__ (the top band) draws its imports"
+    # A toy graph: a cycle shares a band, a layer sits right above its highest import.
+    assert refs.layer_bands({"a": set(), "b": {"a"}, "c": {"a", "b", "d"}, "d": {"c"}}, ("a", "b", "c", "d")) == [["a"], ["b"], ["c", "d"]]
+
+
+def test_the_supervised_group_interface_is_read_from_its_protocol(tmp_path):
+    refs = _references()
+    source = tmp_path / "interface.py"
+    source.write_text(
+        "from typing import Any, Protocol\n\n"
+        "class SupervisedGroup(Protocol):\n"
+        '    """What supervision may use of a group."""\n\n'
+        "    name: str\n"
+        '    """The group\'s name."""\n\n'
+        "    @property\n"
+        "    def world_size(self) -> int:\n"
+        '        """How many ranks."""\n\n'
+        "    def propagate_rendezvous(self, ranks: list[int]) -> list[int]:\n"
+        '        """Give the ranks the new rendezvous; returns those that could not take it.\n\n        More."""\n\n'
+        "    def _private(self) -> None: ...\n"
+    )
+    table = refs.supervised_group_interface(source)
+    assert "| `name` | attribute: `str` | The group's name. |" in table
+    assert "| `world_size` | property: `int` | How many ranks. |" in table
+    assert "`propagate_rendezvous(ranks: list[int]) -> list[int]`" in table and "More" not in table and "_private" not in table
+    real = refs.supervised_group_interface()  # core's own: what the architecture page shows
+    for member in ("call_actor", "replace_worker", "take_over", "pick_new_rendezvous", "propagate_rendezvous"):
+        assert f"| `{member}` | `{member}(" in real, member
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        refs.supervised_group_interface(tmp_path / "missing.py")
+    source.write_text("class SupervisedGroup:\n    name: str\n")
+    with pytest.raises(LookupError, match="no typing.Protocol named SupervisedGroup"):
+        refs.supervised_group_interface(source)
 
 
 # -- commands shown ---------------------------------------------------------------------------------
@@ -429,6 +479,11 @@ def _served(directory: Path) -> Iterator[str]:
         server.server_close()
 
 
+# Each element's box on the page, and whether its content fits in it (no overflow).
+_BOXES = """els => els.map(e => { const r = e.getBoundingClientRect();
+  return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width, fits: e.scrollWidth <= e.clientWidth + 1}; })"""
+
+
 def test_the_built_site_renders_in_chromium_with_navigation_references_and_search(site):
     from playwright.sync_api import sync_playwright
 
@@ -458,6 +513,21 @@ def test_the_built_site_renders_in_chromium_with_navigation_references_and_searc
             for command in ("start", "status", "stop", "doctor"):
                 assert page.locator("h2, h3", has_text=f"supervisor {command}").count() >= 1, command
 
+            page.set_viewport_size({"width": 1280, "height": 3200})  # the whole figure in view: no header over it
+            page.goto(f"{base}/architecture/")
+            figure = page.locator(".layer-stack")
+            assert figure.locator(".ls-row:not(.ls-head)").count() == len(_references().layer_graph()) + 1
+            texts = [box for box in figure.locator(".ls-layer").evaluate_all(_BOXES) if box["width"]]
+            marks = figure.locator(".ls-start, .ls-import").evaluate_all(_BOXES)
+            assert marks and all(box["fits"] for box in texts), "a band's text overflows its cell"
+            crossing = [m for m in marks for t in texts if m["left"] < t["right"] and t["left"] < m["right"] and m["top"] < t["bottom"] and t["top"] < m["bottom"]]
+            assert not crossing, f"a lane crosses a band's text: {crossing[:2]}"
+            figure.screenshot(path=str(SCREENSHOTS / "architecture.png"))
+            recovery = page.locator("table", has=page.locator("td", has_text="a failure is seen"))
+            assert recovery.locator("tbody tr").count() >= 8
+            recovery.screenshot(path=str(SCREENSHOTS / "architecture-recovery.png"))
+            page.set_viewport_size({"width": 1280, "height": 900})
+
             page.goto(f"{base}/?q=standby")
             page.wait_for_selector(".md-search-result__item", timeout=90_000)
             assert page.locator(".md-search-result__item").count() >= 3
@@ -466,5 +536,5 @@ def test_the_built_site_renders_in_chromium_with_navigation_references_and_searc
             assert not failed, f"requests that failed (the site must work offline): {failed}"
         finally:
             browser.close()
-    for name in ("front", "spec-reference", "search"):
+    for name in ("front", "spec-reference", "architecture", "architecture-recovery", "search"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 10_000

@@ -4,7 +4,8 @@ A page asks for one with a marker line, ``<!-- generated: NAME -->``; :func:`on_
 MkDocs hook, see ``mkdocs.yml``) replaces it with :data:`GENERATORS` ``[NAME]()``. Each fact has one
 source: the spec's fields come from its JSON Schema (itself generated from the spec's dataclasses and
 their comments), the metrics from the registry, the errors from the exception classes, the Python API
-from ``supervisor.__all__``, the layers from the package's own imports. The CLI reference is
+from ``supervisor.__all__``, the layers from the package's own imports, the interface between
+supervision and the group from core's ``SupervisedGroup`` Protocol. The CLI reference is
 mkdocs-click's, from the click commands (``reference/cli.md``).
 
 The site's address is set once, in ``ops/docs_url`` (alerts link their runbook pages under it):
@@ -79,6 +80,13 @@ _RST_ROLE = re.compile(r":(?:class|mod|func|meth|data|attr|exc):`~?\.?([^`]+)`")
 def _cell(text: str) -> str:
     """``text`` as one Markdown table cell: Sphinx roles (docstrings) as code, no pipes or newlines."""
     return _RST_ROLE.sub(r"`\1`", text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code_cell(text: str) -> str:
+    """Like :func:`_cell`, for text with code spans whose pipes (``X | None``) stay as they are: the
+    tables extension does not split a cell inside a code span, and would show the escape there."""
+    parts = _RST_ROLE.sub(r"`\1`", text).replace("\n", " ").split("`")
+    return "`".join(part if i % 2 else part.replace("|", "\\|") for i, part in enumerate(parts))
 
 
 def _spec_table(heading: str, table: dict[str, Any]) -> list[str]:
@@ -221,11 +229,6 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _layer(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "supervisor"
-
-
 def _imported_modules(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     name = _module_name(path)
@@ -241,69 +244,177 @@ def _imported_modules(path: Path) -> set[str]:
     return {m for m in out if m.startswith("supervisor")}
 
 
-def layer_graph() -> dict[str, set[str]]:
-    """Layer -> the layers its modules import (function-level and annotation-only imports included);
-    a top-level module (``errors``, ``failure``, ``fencing``, ``retrying``, ``version``) is a layer of its own."""
+def _sub_layer(module: str, prefix: str) -> str:
+    """The sub-layer of ``prefix`` that ``module`` is in (``""``: ``prefix`` itself)."""
+    return module.removeprefix(prefix).removeprefix(".").split(".")[0]
+
+
+def _import_graph(under: tuple[str, ...] = ()) -> dict[str, set[str]]:
+    """Sub-layer -> the sub-layers its modules import, inside ``supervisor.<under>`` (a sub-layer is a
+    subpackage or a top-level module of it; ``""`` its own ``__init__``). Imports leaving it are dropped."""
+    prefix = ".".join(["supervisor", *under])
     graph: dict[str, set[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(PACKAGE.joinpath(*under).rglob("*.py")):
         if "_assets" in path.parts:
             continue
-        source = _layer(_module_name(path))
-        targets = {_layer(m) for m in _imported_modules(path)}
-        graph.setdefault(source, set()).update(t for t in targets if t != source)
-    graph.pop("supervisor", None)
-    for targets in graph.values():
-        targets.discard("supervisor")
+        source = _sub_layer(_module_name(path), prefix)
+        inside = {_sub_layer(m, prefix) for m in _imported_modules(path) if m.startswith(prefix + ".")}
+        graph.setdefault(source, set()).update(t for t in inside if t not in (source, ""))
     return graph
 
 
+def layer_graph() -> dict[str, set[str]]:
+    """Layer -> the layers its modules import (function-level and annotation-only imports included);
+    a top-level module (``errors``, ``failure``, ``fencing``, ``retrying``, ``version``) is a layer of its own."""
+    graph = _import_graph()
+    graph.pop("", None)
+    return graph
+
+
+def layer_bands(graph: dict[str, set[str]], order: tuple[str, ...] = LAYERS) -> list[list[str]]:
+    """The layers stacked as bands, bottom up: each layer in the lowest band above every layer it
+    imports, so a layer imports only bands below its own and always something of the band directly
+    below. Layers that import each other (``run`` and ``integrations``) share a band. Inside a band,
+    in ``order``."""
+    layers = set(graph) | {t for targets in graph.values() for t in targets}
+
+    def reach(layer: str) -> set[str]:
+        seen, todo = set(), [layer]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reaches = {layer: reach(layer) for layer in layers}
+    mates = {layer: {layer} | {o for o in reaches[layer] if layer in reaches[o]} for layer in layers}
+    level: dict[str, int] = {}
+
+    def level_of(layer: str) -> int:
+        if layer not in level:
+            below = {t for m in mates[layer] for t in graph.get(m, ()) if t not in mates[layer]}
+            level[layer] = 1 + max((level_of(t) for t in below), default=-1)
+        return level[layer]
+
+    rank = {layer: i for i, layer in enumerate(order)}
+    bands: list[list[str]] = [[] for _ in range(1 + max((level_of(layer) for layer in layers), default=-1))]
+    for layer in sorted(layers, key=lambda name: (rank.get(name, len(rank)), name)):
+        bands[level_of(layer)].append(layer)
+    return bands
+
+
+_PARENTHESES = re.compile(r" ?\([^()]*\)")
+
+
+def _short(text: str) -> str:
+    """``text``'s first sentence without its asides in parentheses (what a band of the figure says)."""
+    while _PARENTHESES.search(text):
+        text = _PARENTHESES.sub("", text)
+    return re.split(r"(?<=\.) (?=[A-Z])", text, maxsplit=1)[0]
+
+
+_INLINE_CODE = re.compile(r"``([^`]+)``|`([^`]+)`")
+
+
+def _inline_html(text: str) -> str:
+    """A docstring's text as HTML: Sphinx roles and ``code`` as <code>."""
+    text = _RST_ROLE.sub(r"`\1`", text)
+    out, last = [], 0
+    for match in _INLINE_CODE.finditer(text):
+        out += [html.escape(text[last : match.start()]), f"<code>{html.escape(match.group(1) or match.group(2))}</code>"]
+        last = match.end()
+    return "".join(out + [html.escape(text[last:])])
+
+
+ROOT_LAYER = "supervisor"  # the package's own __init__ (the public API): the top band
+# The lanes' colours, one per importing layer (told apart side by side; cycled past twelve).
+LANE_COLOURS = (
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#393b79", "#637939",
+)  # fmt: skip
+
+
 def architecture_diagram() -> str:
-    """The layers as an inline SVG, bottom layer at the bottom, an arrow for each layer another imports."""
+    """The layers stacked as bands (lowest at the bottom), each saying what it owns, and, in a lane of
+    its own per importing layer, only the imports that skip a band (an import of the band directly
+    below is what the stacking says). Then the table of every layer's imports. HTML and CSS only
+    (``docs/stylesheets/extra.css``), so the text wraps and no line crosses it."""
     graph = layer_graph()
-    order = [layer for layer in LAYERS if layer in graph] + sorted(set(graph) - set(LAYERS))
+    bands = layer_bands(graph)
+    root_imports = {t for t in _import_graph().get("", set()) if t}
+    bands.append([ROOT_LAYER])
+    full = {**graph, ROOT_LAYER: root_imports}
+    band_of = {layer: i for i, band in enumerate(bands) for layer in band}
+    rows = [layer for band in reversed(bands) for layer in band]  # top to bottom
+    skips = {
+        source: sorted((t for t in targets if band_of[t] < band_of[source] - 1), key=rows.index)
+        for source, targets in full.items()
+    }
+    lanes = sorted((s for s in skips if skips[s]), key=lambda s: -rows.index(s))  # the shortest next to the text
     docs = _layer_docs()
-    row_h, box_w, box_h = 56, 240, 34
-    rows = list(reversed(order))
-    width = 20 + box_w + 14 + 24 * len(rows) + 20
-    height = row_h * len(rows) + 20
-    y_of = {layer: 10 + i * row_h for i, layer in enumerate(rows)}
-    x_box = 20
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="the layers of the supervisor package and the layers each imports" class="layer-diagram">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" '
-        'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#888"/></marker></defs>',
-    ]
-    # Each import edge is drawn as an arc on the right of the boxes, further out the more rows it spans.
-    for source in rows:
-        for target in sorted(graph.get(source, ()), key=lambda t: y_of.get(t, 0)):
-            if target not in y_of:
-                continue
-            y1, y2 = y_of[source] + box_h / 2, y_of[target] + box_h / 2
-            span = abs(rows.index(source) - rows.index(target))
-            bulge = x_box + box_w + 14 + 24 * span
-            parts.append(
-                f'<path d="M {x_box + box_w} {y1:.0f} C {bulge} {y1:.0f}, {bulge} {y2:.0f}, {x_box + box_w} {y2:.0f}" '
-                f'fill="none" stroke="#888" stroke-width="1" marker-end="url(#arrow)"/>'
-            )
+    row_of = {layer: i for i, layer in enumerate(rows)}
+
+    def lane_cell(lane: str, layer: str) -> str:
+        top, bottom, row = row_of[lane], row_of[skips[lane][-1]], row_of[layer]
+        style = f' style="--lane: {colours[lane]}"'
+        if row == top:
+            return f'<div class="ls-lane ls-start"{style} title="{lane} imports, skipping a band: {", ".join(skips[lane])}"></div>'
+        if not top < row <= bottom:
+            return '<div class="ls-lane"></div>'
+        kind = "ls-end" if row == bottom else "ls-through"
+        if layer in skips[lane]:
+            return f'<div class="ls-lane {kind} ls-import"{style} title="{lane} imports {layer}"></div>'
+        return f'<div class="ls-lane {kind}"{style}></div>'
+
+    colours = {lane: LANE_COLOURS[i % len(LANE_COLOURS)] for i, lane in enumerate(lanes)}
+    out = [f'<div class="layer-stack" style="--lanes: {len(lanes)}" role="figure" aria-label="the layers of the supervisor package, stacked">']
+    out.append('<div class="ls-row ls-head"><div class="ls-layer"></div>')
+    out += [f'<div class="ls-lane-name" style="color: {colours[lane]}">{html.escape(lane)}</div>' for lane in lanes]
+    out.append("</div>")
     for layer in rows:
-        y = y_of[layer]
-        parts.append(f'<rect x="{x_box}" y="{y}" width="{box_w}" height="{box_h}" rx="5" fill="#e8eaf6" stroke="#3f51b5"/>')
-        label = f"supervisor.{layer}"
-        parts.append(f'<text x="{x_box + 10}" y="{y + 22}" font-family="monospace" font-size="13">{html.escape(label)}</text>')
-    parts.append("</svg>")
-    edges = [
+        band = band_of[layer]
+        first = bands[band][0] == layer
+        mates = [t for t in full.get(layer, ()) if band_of[t] == band]
+        text = f'<code class="ls-name">{html.escape(ROOT_LAYER + (".__init__" if layer == ROOT_LAYER else "." + layer))}</code> '
+        text += _inline_html(_short(docs.get("__init__" if layer == ROOT_LAYER else layer, "")))
+        if mates:
+            text += " <span class=\"ls-mates\">⇄ " + ", ".join(f"<code>{html.escape(m)}</code>" for m in sorted(mates)) + "</span>"
+        if layer == "core":
+            text += _core_stack()
+        classes = f"ls-row ls-band-{band % 2}" + (" ls-band-top" if first else "")
+        out.append(f'<div class="{classes}"><div class="ls-layer">{text}</div>')
+        out += [lane_cell(lane, layer) for lane in lanes]
+        out.append("</div>")
+    out.append("</div>")
+    table = [
         f"| `{source}` | {_cell(docs.get(source, ''))} | {', '.join(f'`{t}`' for t in sorted(graph[source])) or 'nothing'} |"
         for source in rows
+        if source in graph
     ]
-    return "\n".join(["".join(parts), "", "| layer | owns | imports |", "|---|---|---|", *edges])
+    return "\n".join(["".join(out), "", "| layer | owns | imports |", "|---|---|---|", *table])
 
 
-def _layer_docs() -> dict[str, str]:
-    """Layer -> what it owns: the ``Owns:`` paragraph of its docstring, else its first line."""
+def _core_stack() -> str:
+    """Core's own sub-layers, stacked the same way (a small figure inside core's band)."""
+    graph = _import_graph(("core",))
+    graph.pop("", None)
+    docs = _layer_docs(PACKAGE / "core")
+    out = ['<div class="ls-core">']
+    for band in reversed(layer_bands(graph, order=tuple(sorted(graph)))):
+        out.append('<div class="ls-core-band">')
+        for layer in band:
+            out.append(f'<div class="ls-core-layer"><code class="ls-name">{html.escape(layer)}</code> {_inline_html(_short(docs.get(layer, "")))}</div>')
+        out.append("</div>")
+    return "".join(out + ["</div>"])
+
+
+def _layer_docs(package: Path = PACKAGE) -> dict[str, str]:
+    """Layer -> what it owns: the ``Owns:`` paragraph of its docstring, else its first line
+    (``__init__``: the package's own)."""
     out = {}
-    paths = {path.stem: path for path in PACKAGE.glob("*.py") if path.stem != "__init__"}
-    paths |= {init.parent.name: init for init in PACKAGE.glob("*/__init__.py")}
+    paths = {path.stem: path for path in package.glob("*.py")}
+    paths |= {init.parent.name: init for init in package.glob("*/__init__.py")}
     for layer, path in paths.items():
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         owns = [p for p in doc.split("\n\n") if p.startswith("Owns:")]
@@ -330,6 +441,111 @@ def modules_reference() -> str:
     return "\n".join(out)
 
 
+# -- the interface between supervision and the group -------------------------------------------------
+
+INTERFACE_FILE = PACKAGE / "core" / "group" / "interface.py"
+INTERFACE_CLASS = "SupervisedGroup"
+
+
+def _is_protocol(node: ast.ClassDef) -> bool:
+    return any(ast.unparse(base).split(".")[-1].split("[")[0] == "Protocol" for base in node.bases)
+
+
+def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """``name(arg: T = default, ...) -> R``, without ``self``."""
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    parts = []
+
+    def one(arg: ast.arg, default: ast.expr | None, star: str = "") -> str:
+        text = star + arg.arg + (f": {ast.unparse(arg.annotation)}" if arg.annotation else "")
+        return text + (f" = {ast.unparse(default)}" if default is not None else "")
+
+    parts = [one(arg, default) for arg, default in zip(positional, defaults, strict=True) if arg.arg != "self"]
+    if args.vararg:
+        parts.append(one(args.vararg, None, "*"))
+    elif args.kwonlyargs:
+        parts.append("*")
+    parts += [one(arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    if args.kwarg:
+        parts.append(one(args.kwarg, None, "**"))
+    returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+    return f"{node.name}({', '.join(parts)}){returns}"
+
+
+def _class_doc_notes(doc: str) -> dict[str, str]:
+    """What a class docstring says of its members in passing: ````name```` (or ````a```` and ````b````)
+    followed by ``(what it is)``."""
+    notes = {}
+    for match in re.finditer(r"``(\w+)``((?: and ``\w+``)*) \(([^()]*)\)", doc):
+        for name in [match.group(1), *re.findall(r"``(\w+)``", match.group(2))]:
+            notes.setdefault(name, " ".join(match.group(3).split()))
+    return notes
+
+
+def _member_rows(cls: ast.ClassDef, lines: list[str]) -> list[str]:
+    """One table row per public member of a Protocol class: a property or attribute with its type, a
+    method with its signature, each with what it is: the first paragraph of its docstring (an
+    attribute's: the string right below it), else the comment right above it (or above the members
+    right before it, with no blank line between), else what the class docstring says of it."""
+    notes = _class_doc_notes(ast.get_docstring(cls) or "")
+    rows: list[str] = []
+    comment, previous_end = "", 0
+    for i, node in enumerate(cls.body):
+        above = []
+        line = node.lineno - 2 - len(getattr(node, "decorator_list", []))
+        while line >= 0 and lines[line].strip().startswith("#"):
+            above.insert(0, lines[line].strip().lstrip("#").strip())
+            line -= 1
+        if above:
+            comment = " ".join(above)
+        elif previous_end != line + 1:  # a blank line (or a docstring) ends what a comment above says
+            comment = ""
+        previous_end = node.end_lineno or node.lineno
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            name, doc = node.name, ast.get_docstring(node) or ""
+            if any(ast.unparse(d).endswith("property") for d in node.decorator_list):
+                kind = f"property: `{ast.unparse(node.returns)}`" if node.returns else "property"
+            else:
+                kind = f"`{_signature(node)}`"
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            following = cls.body[i + 1] if i + 1 < len(cls.body) else None
+            is_doc = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)
+            name, doc = node.target.id, inspect.cleandoc(following.value.value) if is_doc else ""
+            kind = f"attribute: `{ast.unparse(node.annotation)}`"
+        else:
+            continue
+        if name.startswith("_"):
+            continue
+        what = " ".join(doc.split("\n\n")[0].split()) or comment or notes.get(name, "—")
+        rows.append(f"| `{name}` | {_code_cell(kind)} | {_code_cell(what)} |")
+    return rows
+
+
+def supervised_group_interface(path: Path = INTERFACE_FILE) -> str:
+    """The members of core's :data:`INTERFACE_CLASS` Protocol (what supervision, state, the daemon and
+    the integrations may use of a group), read from its source with their docstrings."""
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    if not path.exists():
+        raise FileNotFoundError(
+            f"the generated block 'supervised-group-interface' reads the typing.Protocol {INTERFACE_CLASS} from {where}, "
+            "which does not exist: add the file, or remove the block's marker from the page"
+        )
+    source = path.read_text()
+    tree = ast.parse(source)
+    found = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == INTERFACE_CLASS and _is_protocol(n)]
+    if not found:
+        raise LookupError(f"{where} defines no typing.Protocol named {INTERFACE_CLASS} (the generated block 'supervised-group-interface' reads it)")
+    cls = found[0]
+    rows = _member_rows(cls, source.splitlines())
+    if not rows:
+        raise LookupError(f"{where}: the Protocol {INTERFACE_CLASS} has no public member to document")
+    doc = " ".join((ast.get_docstring(cls) or "").split("\n\n")[0].split())
+    head = [f"`{INTERFACE_CLASS}` (`{where}`): {_cell(doc)}", ""] if doc else []
+    return "\n".join([*head, "| member | kind | what it is |", "|---|---|---|", *rows])
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "spec-reference": spec_reference,
     "metrics-reference": metrics_reference,
@@ -337,6 +553,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "api-reference": api_reference,
     "architecture-diagram": architecture_diagram,
     "modules-reference": modules_reference,
+    "supervised-group-interface": supervised_group_interface,
 }
 
 
