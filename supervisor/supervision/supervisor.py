@@ -356,7 +356,7 @@ class GroupSupervisor:
 
     # -- execution ------------------------------------------------------------------------------
     def _execute(self, plan: Plan, observations: list[Observation]) -> None:
-        group, hooks = self.group, self.hooks
+        group = self.group
         self._wake_at = plan.wake_at
         drain = next((o for o in observations if isinstance(o, DrainSeen)), None)
         self.standby.want_successors(plan.successors_wanted, drain.nodes if drain is not None else frozenset())
@@ -371,14 +371,26 @@ class GroupSupervisor:
             return
         now = self.clock()
         self._log_transitions(plan)
-        for note in plan.drain_notes:
-            hooks.on_drain_outcome(group.name, note.rank, self.gate.nodes[note.rank], note.outcome, note.detail)
         for obs in observations:
             if isinstance(obs, ReplacementDone):
                 self._reserved.pop(obs.rank, None)
             elif isinstance(obs, InitDone):  # a failed round's capture serves the next round of its recovery
                 self._carried = None if obs.complete else obs.carried
-        # What the plan changes, announced before anyone can observe a new generation.
+        nodes = self._announce(plan, now)  # what the plan changes, before anyone can observe a new generation
+        self._publish(plan, nodes)
+        if plan.escalation is not None:
+            self._tasks.stopping.set()  # tasks still running end at their next wait: the owner decides now
+            self.hooks.on_group_failed(group.name, str(self.gate.failure))
+            self._publish_worker_states(plan.state, failed_group=True)
+            return
+        self._start_tasks(plan)
+
+    def _announce(self, plan: Plan, now: float) -> dict[int, str | None]:
+        """Tell the hooks what the plan changes (they observe: metrics, logs, events); the nodes of
+        the ranks it renews."""
+        group, hooks = self.group, self.hooks
+        for note in plan.drain_notes:
+            hooks.on_drain_outcome(group.name, note.rank, self.gate.nodes[note.rank], note.outcome, note.detail)
         for move in plan.moves:
             if move.target is WorkerState.FAILED and move.source is WorkerState.RUNNING:
                 assert move.failure is not None
@@ -392,6 +404,8 @@ class GroupSupervisor:
                     )
                 else:
                     self._failed_at[move.rank] = (now, None)
+            elif move.target is WorkerState.FAILED and move.source is WorkerState.INITIALIZING:
+                self._failed_at.setdefault(move.rank, (now, None))  # a survivor whose init failed: recovered from now
             elif move.target is WorkerState.FAILED and move.source is WorkerState.RESTARTING:
                 log.warning(
                     "recovery_retry",
@@ -431,6 +445,12 @@ class GroupSupervisor:
         if plan.renewed:
             current = dict(enumerate(self.gate.nodes)) | nodes
             hooks.on_drift_state(group.name, count_drifted(dict(enumerate(self.gate.original_nodes)), current))
+        return nodes
+
+    def _publish(self, plan: Plan, nodes: dict[int, str | None]) -> None:
+        """The plan's state becomes what calls and readers see, then is written through to the record
+        before any task acts on it (a daemon killed from then on finds which ranks are not initialised)."""
+        group = self.group
         if plan.escalation is not None:
             self.gate.failure = GroupFailedError(f"group {group.name} FAILED: {plan.escalation}")
         with self.gate.cond:  # the plan's state becomes what calls see, in one step
@@ -439,23 +459,19 @@ class GroupSupervisor:
                 self.gate.nodes[r] = nodes[r]
             self.gate.hold_new_calls = plan.hold_calls  # the hand-overs it starts make the group RECOVERING
             self.gate.cond.notify_all()
-        # Persisted before any task acts on it: a daemon killed from here on finds, on restart, which
-        # ranks are not initialised.
         self.record_changed()
         for r in plan.handed_over:  # the successor serves: its predecessor's part is over
             group.end_predecessor(r)
-        if plan.escalation is not None:
-            self._tasks.stopping.set()  # tasks still running end at their next wait: the owner decides now
-            hooks.on_group_failed(group.name, str(self.gate.failure))
-            self._publish_worker_states(plan.state, failed_group=True)
-            return
+
+    def _start_tasks(self, plan: Plan) -> None:
+        """Start the plan's recovery tasks, and watch the ranks that serve again."""
         for replacement in plan.replacements:
             self._start_replacement(replacement)
         if plan.init is not None:
             for r in plan.init.ranks:
                 self._detector.forget(r)
             carried = None if plan.init.recapture else self._carried
-            task = InitTask(plan.init, group, self.config, hooks, self._tasks, self.state_domain, carried)
+            task = InitTask(plan.init, self.group, self.config, self.hooks, self._tasks, self.state_domain, carried)
             self._tasks.start("init", task, plan.init.ranks)
         for r in plan.serving:
             self._detector.watch(r, self.gate.generation(r))
