@@ -24,9 +24,10 @@ NO_SKIPS_ENV = "SUPERVISOR_TESTS_NO_SKIPS"
 # `make test` runs the suite on two pytest-xdist workers (`-n 2`), a whole module to a worker: a module
 # owns its cluster (module-scoped fixtures) and its tests may rely on their order. The modules that
 # judge the session's one run of the example job (``example_run``) are one unit, so that the job runs
-# once. Units are handed out in collection order, each to the next idle worker, so the longest modules
-# are collected first: one started last would run on alone at the end. The order: the modules' times
-# in `make test` (docs/development/tests.md), longest first; the others keep pytest's order.
+# once. Units are handed out in collection order, each to the worker about to be idle (xdist queues a
+# worker's next unit while the last two tests of its current one run), so the longest modules are
+# collected first: one started last would run on alone at the end. The order: the modules' times in
+# `make test` (docs/development/tests.md), longest first; the others keep pytest's order.
 EXAMPLE_RUN_MODULES = ("test_example_job.py", "test_security.py")
 LONGEST_MODULES_FIRST = ("test_chaos.py",)
 
