@@ -29,7 +29,12 @@ NO_SKIPS_ENV = "SUPERVISOR_TESTS_NO_SKIPS"
 # collected first: one started last would run on alone at the end. The order: the modules' times in
 # `make test` (docs/development/tests.md), longest first; the others keep pytest's order.
 EXAMPLE_RUN_MODULES = ("test_example_job.py", "test_security.py")
-LONGEST_MODULES_FIRST = ("test_chaos.py",)
+LONGEST_MODULES_FIRST = (
+    "test_chaos.py", "test_daemon.py", "test_security.py", "test_example_job.py", "test_supervision.py", "test_group.py",
+    "test_run.py", "test_state.py", "test_docs.py", "test_zygote.py", "test_standby.py", "test_drain.py",
+    "test_observability.py", "test_gcs_restart.py", "test_compat_verl.py", "test_kv.py", "test_doctor.py",
+    "test_lifecycle.py", "test_heartbeat.py", "test_training_workers.py",
+)  # fmt: skip
 
 
 @pytest.hookimpl(hookwrapper=True)
