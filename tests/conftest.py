@@ -21,6 +21,21 @@ NODE_GPUS = 4
 # nothing, e.g. the network-namespace test without root).
 NO_SKIPS_ENV = "SUPERVISOR_TESTS_NO_SKIPS"
 
+# `make test` runs the suite on two pytest-xdist workers (`-n 2`), a whole module to a worker: a module
+# owns its cluster (module-scoped fixtures) and its tests may rely on their order. The modules that
+# judge the session's one run of the example job (``example_run``) are one unit, so that the job runs
+# once. Units are handed out in collection order, each to the worker about to be idle (xdist queues a
+# worker's next unit while the last two tests of its current one run), so the longest modules are
+# collected first: one started last would run on alone at the end. The order: the modules' times in
+# `make test` (docs/development/tests.md), longest first; the others keep pytest's order.
+EXAMPLE_RUN_MODULES = ("test_example_job.py", "test_security.py")
+LONGEST_MODULES_FIRST = (
+    "test_chaos.py", "test_daemon.py", "test_security.py", "test_example_job.py", "test_supervision.py", "test_group.py",
+    "test_run.py", "test_state.py", "test_docs.py", "test_zygote.py", "test_standby.py", "test_drain.py",
+    "test_observability.py", "test_gcs_restart.py", "test_compat_verl.py", "test_kv.py", "test_doctor.py",
+    "test_lifecycle.py", "test_heartbeat.py", "test_training_workers.py",
+)  # fmt: skip
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
@@ -30,6 +45,28 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped where {NO_SKIPS_ENV}=1 forbids skips: {reason}"
+
+
+def pytest_collection_modifyitems(config, items):
+    unlisted = sorted({item.path.name for item in items if "example_run" in item.fixturenames} - set(EXAMPLE_RUN_MODULES))
+    if unlisted:
+        raise pytest.UsageError(f"{unlisted} use example_run: add them to EXAMPLE_RUN_MODULES (tests/conftest.py)")
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scheduling by module, the example job's modules as one unit, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "example_run" if module.rpartition("/")[2] in EXAMPLE_RUN_MODULES else module
+
+    config.option.loadscopereorder = False  # collection order, not the most tests first
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="module")

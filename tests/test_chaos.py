@@ -26,6 +26,61 @@ from chaos.invariants import (
 from chaos.report import Report, Stats
 
 
+def _failed_daemon_logs(reports: Path, work: Path, lines: int = 40) -> str:
+    """The last lines of every daemon log of each scenario that failed (what CI's output keeps)."""
+    out = []
+    for report in sorted(reports.glob("*.json")):
+        if json.loads(report.read_text()).get("ok", True):
+            continue
+        for log in sorted((work / report.stem).glob("daemon-*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out += [f"\n--- {report.stem}/{log.name} (last {len(tail)} lines)", *tail]
+    return "\n".join(out)
+
+
+LIFECYCLE_ONLY_IN_QUICK = ("starvation", "teardown", "slow-stop", "detach-gc")
+
+
+# First in the module, the longest test of the suite: under xdist a worker is handed its next module
+# while the last two tests of its current one run (tests/conftest.py), and that module would wait
+# behind this test; the quick unit tests come after it instead.
+@pytest.mark.timeout(2100)
+def test_every_scenario_holds_its_invariants_in_the_quick_profile(tmp_path):
+    """``python -m chaos all --quick``: actor kills, a node loss under load, daemon kills, a hang, a crash
+    loop, starvation, teardown cycles, a paused daemon taken over, a daemon killed mid-recovery, a
+    detached job past gc, a slow stop, a kill inside a snapshot, a node lost with its shards' second
+    copies, a preemption notice handed over, one too short, and GCS restarts,
+    each against the example RLHF job (its trained groups too) on one local cluster. Every scenario
+    whose job ends cleanly checks the trained state against a fault-free reference run computed for
+    real (chaos/reference.py), so that computation runs here too."""
+    work = tmp_path / "work"  # the daemons' logs, kept: a failure shows their last lines below
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos", "all", "--quick", "--seed", "1", "--out", str(tmp_path), "--workdir", str(work)],
+        env=ENV, capture_output=True, text=True, timeout=2100,
+    )  # fmt: skip
+    summaries = [line for line in proc.stdout.splitlines() if not line.startswith("{")]
+    assert proc.returncode == 0, "\n".join(summaries) + "\n" + proc.stderr[-3000:] + _failed_daemon_logs(tmp_path, work)
+    reports = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert sorted(reports) == sorted(
+        f"{name}-quick"
+        for name in (
+            "actor-kill", "node-loss", "supervisor-kill", "hang", "crash-loop", "starvation", "teardown",
+            "pause", "kill-during-recovery", "detach-gc", "slow-stop", "snapshot-kill", "copies-loss", "preempt",
+            "preempt-short", "gcs-restart",
+        )  # fmt: skip
+    )
+    for name, report in reports.items():
+        assert report["ok"] and report["faults_recovered"] >= 1 and report["items_lost"] == report["items_duplicated"] == 0, name
+        assert not report["leaked"], name
+        # crash-loop's jobs fail by design (no state at their end); the daemon-lifecycle scenarios run
+        # without the trained groups in the quick profile (CI's time), with them in the full one.
+        if name.removesuffix("-quick") not in ("crash-loop", *LIFECYCLE_ONLY_IN_QUICK):
+            assert report["notes"]["trained ranks checked against a fault-free run"] >= 4, name
+    # A preemption with notice costs nothing: no restart charged, no step rolled back, a hand-over timed.
+    notes = reports["preempt-quick"]["notes"]
+    assert notes["restarts charged"] == notes["steps rolled back"] == 0 and notes["hand-over (call boundary -> successor serving, s)"]
+
+
 def _steps(steps, lost=0, duplicated=0):
     return StepAccount(list(steps), 64 * len(steps), lost, duplicated, [f"step 1 generate: {lost} lost, {duplicated} duplicated"] if lost or duplicated else [])
 
@@ -124,55 +179,3 @@ def test_report_is_ok_only_without_violations_losses_or_leaks(tmp_path):
     assert "chaos actor-kill (quick, seed 7): OK" in text_path.read_text()
     for broken in ({"items_lost": 1}, {"items_duplicated": 1}, {"leaked": ["actor kv"]}, {"violations": ["steps skipped: [3]"]}):
         assert not Report("x", "quick", 0, 0.0, **broken).ok
-
-
-def _failed_daemon_logs(reports: Path, work: Path, lines: int = 40) -> str:
-    """The last lines of every daemon log of each scenario that failed (what CI's output keeps)."""
-    out = []
-    for report in sorted(reports.glob("*.json")):
-        if json.loads(report.read_text()).get("ok", True):
-            continue
-        for log in sorted((work / report.stem).glob("daemon-*.log")):
-            tail = log.read_text(errors="replace").splitlines()[-lines:]
-            out += [f"\n--- {report.stem}/{log.name} (last {len(tail)} lines)", *tail]
-    return "\n".join(out)
-
-
-LIFECYCLE_ONLY_IN_QUICK = ("starvation", "teardown", "slow-stop", "detach-gc")
-
-
-@pytest.mark.timeout(2100)
-def test_every_scenario_holds_its_invariants_in_the_quick_profile(tmp_path):
-    """``python -m chaos all --quick``: actor kills, a node loss under load, daemon kills, a hang, a crash
-    loop, starvation, teardown cycles, a paused daemon taken over, a daemon killed mid-recovery, a
-    detached job past gc, a slow stop, a kill inside a snapshot, a node lost with its shards' second
-    copies, a preemption notice handed over, one too short, and GCS restarts,
-    each against the example RLHF job (its trained groups too) on one local cluster. Every scenario
-    whose job ends cleanly checks the trained state against a fault-free reference run computed for
-    real (chaos/reference.py), so that computation runs here too."""
-    work = tmp_path / "work"  # the daemons' logs, kept: a failure shows their last lines below
-    proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "all", "--quick", "--seed", "1", "--out", str(tmp_path), "--workdir", str(work)],
-        env=ENV, capture_output=True, text=True, timeout=2100,
-    )  # fmt: skip
-    summaries = [line for line in proc.stdout.splitlines() if not line.startswith("{")]
-    assert proc.returncode == 0, "\n".join(summaries) + "\n" + proc.stderr[-3000:] + _failed_daemon_logs(tmp_path, work)
-    reports = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
-    assert sorted(reports) == sorted(
-        f"{name}-quick"
-        for name in (
-            "actor-kill", "node-loss", "supervisor-kill", "hang", "crash-loop", "starvation", "teardown",
-            "pause", "kill-during-recovery", "detach-gc", "slow-stop", "snapshot-kill", "copies-loss", "preempt",
-            "preempt-short", "gcs-restart",
-        )  # fmt: skip
-    )
-    for name, report in reports.items():
-        assert report["ok"] and report["faults_recovered"] >= 1 and report["items_lost"] == report["items_duplicated"] == 0, name
-        assert not report["leaked"], name
-        # crash-loop's jobs fail by design (no state at their end); the daemon-lifecycle scenarios run
-        # without the trained groups in the quick profile (CI's time), with them in the full one.
-        if name.removesuffix("-quick") not in ("crash-loop", *LIFECYCLE_ONLY_IN_QUICK):
-            assert report["notes"]["trained ranks checked against a fault-free run"] >= 4, name
-    # A preemption with notice costs nothing: no restart charged, no step rolled back, a hand-over timed.
-    notes = reports["preempt-quick"]["notes"]
-    assert notes["restarts charged"] == notes["steps rolled back"] == 0 and notes["hand-over (call boundary -> successor serving, s)"]

@@ -20,6 +20,7 @@ import ssl
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.request
@@ -138,7 +139,11 @@ def embedded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("embedded")
     cert, key = _self_signed(tmp)
     spec = _write_spec(tmp, "sv-token", metrics=f'tls_cert = "{cert}"\ntls_key = "{key}"')
-    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp / "run")}
+    # Ray's temporary directory of its own, where Ray notes "the cluster this machine started last": the
+    # other xdist worker (and anyone else on the machine) starts clusters too. Short: Ray's socket paths
+    # go under it.
+    ray_tmp = tempfile.mkdtemp(prefix="ray-sec-", dir="/tmp")
+    env = {**USER_ENV, RUNTIME_DIR_ENV: str(tmp / "run"), "RAY_TMPDIR": ray_tmp}
     log = tmp / "daemon.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([str(BIN / "supervisor"), "start", str(spec), "--log-json"], env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -150,6 +155,7 @@ def embedded(tmp_path_factory):
         yield EmbeddedDaemon(proc, log, env, "sv-token", started["address"], Path(started["auth_token_path"]), running["metrics"], cert)
     finally:
         _stop(proc)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _run(args: list[str], env: dict[str, str], timeout_s: float = 90.0) -> subprocess.CompletedProcess:
