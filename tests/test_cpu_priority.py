@@ -15,7 +15,7 @@ import pytest
 PROBE = textwrap.dedent(
     """
     import json, os, threading
-    from supervisor.core import cpu_priority
+    from supervisor.core.worker import cpu_priority
 
     def sched():
         out = []
@@ -75,7 +75,7 @@ def test_an_rlimit_nice_that_allows_the_way_back_is_enough(monkeypatch):
     # reading is checked here, the lowering itself above.)
     import resource
 
-    from supervisor.core import cpu_priority
+    from supervisor.core.worker import cpu_priority
 
     monkeypatch.setattr(cpu_priority, "_has_cap_sys_nice", lambda: False)
     for soft, original, allowed in ((0, 0, False), (20, 0, True), (15, 0, False), (15, 5, True), (resource.RLIM_INFINITY, -5, True)):

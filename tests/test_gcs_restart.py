@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import BIN, ENV, TESTS_DIR, log_events, wait_for_record
 
-from supervisor.core import gcs_outages
+from supervisor.core.group import gcs_outages
 from supervisor.daemon.gcs_watch import GcsOutage, GcsState, GcsWatch
 
 # -- the outage clock, pure -----------------------------------------------------------------------
