@@ -109,7 +109,7 @@ $(VERL_VENV)/.installed: pyproject.toml
 # the probe routes). To keep CI under its limit, two run in the first environment only: the real
 # Prometheus scraping a daemon through a node loss, and tests/test_security.py (listeners in a private
 # network namespace, a refused driver: 95 s here).
-VERL_ENV_TESTS ?= tests/test_integration_verl.py tests/test_run_verl.py tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py tests/test_auth.py \
+VERL_ENV_TESTS ?= tests/test_integration_verl.py tests/test_run_verl.py tests/test_protocol.py tests/test_compat_verl.py tests/test_exports.py tests/test_auth.py tests/test_retrying.py \
 	tests/test_fence.py tests/test_cli.py tests/test_probes.py \
 	tests/test_observability.py::test_a_trainer_without_the_daemon_serves_the_same_metrics_in_one_call \
 	tests/test_observability.py::test_a_removed_group_or_pool_leaves_no_series_and_the_others_keep_theirs

@@ -143,13 +143,14 @@ def _retrying(
     started = clock()
     next_report = report.after_s if report is not None else None
 
-    def stop(state: tenacity.RetryCallState) -> bool:
-        out_of_attempts = attempts is not None and state.attempt_number >= attempts
+    # tenacity 8.1 (our floor) calls stop and wait with the keyword ``retry_state``.
+    def stop(retry_state: tenacity.RetryCallState) -> bool:
+        out_of_attempts = attempts is not None and retry_state.attempt_number >= attempts
         past_deadline = timeout_s is not None and clock() - started >= timeout_s
         return out_of_attempts or past_deadline or _stopped(stopping)
 
-    def wait(state: tenacity.RetryCallState) -> float:
-        delay = backoff.delay_s(state.attempt_number)
+    def wait(retry_state: tenacity.RetryCallState) -> float:
+        delay = backoff.delay_s(retry_state.attempt_number)
         return delay if timeout_s is None else min(delay, max(0.0, started + timeout_s - clock()))
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
