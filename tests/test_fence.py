@@ -1,7 +1,8 @@
 """The owner fence against real Ray (one single-node cluster for the module): a superseded owner's
 record writes, actor kills, placement-group removals and retire are refused and change nothing; a
 fence re-created over a record keeps its generation; a crashed start blocks later ones only for its
-grace period; a retired fence gives way to the next claim; concurrent claims have one winner."""
+grace period; a retired fence gives way to the next claim; concurrent claims have one winner; a
+"you still own it" that arrives after a pause long enough for a takeover is not acted upon."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import uuid
 
 import pytest
 
-from supervisor.daemon.fence import FENCE_ACTOR_NAME, ClaimVerdict, OwnerFence, fence_status
+from supervisor.daemon.fence import FENCE_ACTOR_NAME, ClaimVerdict, OwnerFence, answer_is_fresh, fence_status
 from supervisor.daemon.ownership import namespace_of
 from supervisor.daemon.record import RecordStore, SupervisorRecord
 from supervisor.errors import SupersededError
@@ -99,6 +100,39 @@ def test_a_superseded_owner_is_refused_everything_and_changes_nothing(name):
     new.retire()
     assert RecordStore().get(name) is None
     assert fence_status(name) is None  # retired and ended
+
+
+def test_a_yes_that_arrives_after_a_pause_is_asked_again_and_refused(name):
+    """The owner asks the fence whether it still owns the job, the fence says yes, and the owner is
+    paused before the answer reaches it; a successor takes over meanwhile. On resuming the owner
+    must not act on that old yes (a stateful call would land on its successor's ranks): the answer
+    came too late to trust, so it asks again and learns it was superseded."""
+    old, _ = _claim(name, "old")
+    old.write_record(_record(name, old, "old"), seq=1)
+    answers: list[str] = []
+    real_call = old._call
+
+    def paused_after_the_answer(method: str, *args: object) -> None:
+        real_call(method, *args)  # the fence answered yes
+        answers.append(method)
+        if len(answers) == 1:  # SIGSTOPped right here, past the grace period: a successor takes over
+            time.sleep(GRACE_S + 0.3)
+            successor, verdict = _claim(name, "new")
+            assert verdict is ClaimVerdict.GRANTED
+            successor.write_record(_record(name, successor, "new"), seq=1)
+
+    old._call = paused_after_the_answer
+    with pytest.raises(SupersededError, match="taken over by another daemon"):
+        old.check()
+    assert answers == ["check"]  # asked again; the second answer was a refusal
+    assert RecordStore().get(name).owner == "new"
+
+
+def test_a_quick_answer_is_trusted_and_a_slow_one_is_not():
+    assert answer_is_fresh(0.01, GRACE_S)
+    assert answer_is_fresh(GRACE_S / 4, GRACE_S)
+    assert not answer_is_fresh(GRACE_S / 4 + 0.01, GRACE_S)
+    assert not answer_is_fresh(0.0, None)  # never claimed
 
 
 def test_a_fence_recreated_over_a_record_keeps_its_generation(name):

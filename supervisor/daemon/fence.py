@@ -57,6 +57,7 @@ __all__ = [
     "OwnerFence",
     "fence_status",
     "observed_silence",
+    "answer_is_fresh",
 ]
 
 log = get_logger("fence")
@@ -291,6 +292,18 @@ def fence_status(supervisor: str, timeout_s: float = 5.0) -> FenceStatus | None:
         return None
 
 
+def answer_is_fresh(waited_s: float, grace_s: float | None) -> bool:
+    """Whether a "you still own it" that took ``waited_s`` to arrive still holds when it arrives (pure).
+
+    A successor may claim once the fence has not heard from the owner for ``grace_s``, and a running
+    owner beats more than twice per grace period, so no claim can come within half a grace period of
+    the fence's answer. An answer that arrived within a quarter of it leaves the other quarter for
+    the act it guards and for a late beat; a slower one (the asker was paused while it waited) may
+    predate a takeover. An owner that never claimed (no grace) gets no fresh answer.
+    """
+    return grace_s is not None and waited_s <= grace_s / 4
+
+
 def observed_silence(record: SupervisorRecord, now: float) -> tuple[float, bool]:
     """For how long ``record``'s daemon has not been heard from, and whether its fence measured it
     (on one monotonic clock) rather than the fallback: the record's wall-clock age by the reader's
@@ -314,6 +327,7 @@ class OwnerFence:
         self.on_superseded = on_superseded
         self.generation: int | None = None
         self.superseded: SupersededError | None = None
+        self.grace_s: float | None = None  # the grace period the claim was granted with
         self._handle: Any = None
         self._lock = threading.Lock()
 
@@ -363,7 +377,7 @@ class OwnerFence:
             raise ClusterUnavailableError(f"the retired owner fence of supervisor {self.supervisor} did not go away")
         handle, verdict, generation, status = answered
         if verdict is ClaimVerdict.GRANTED:
-            self._handle, self.generation = handle, generation
+            self._handle, self.generation, self.grace_s = handle, generation, grace_s
         return verdict, status
 
     # -- fenced calls ---------------------------------------------------------------------------
@@ -374,8 +388,19 @@ class OwnerFence:
         self._call("write", data, seq, detached, events)
 
     def check(self) -> None:
-        """Raise :class:`SupersededError` unless this process still owns the supervisor."""
-        self._call("check")
+        """Raise :class:`SupersededError` unless this process still owns the supervisor.
+
+        The act the check guards happens after the answer arrives, so an answer is trusted only when
+        it came back quickly (:func:`answer_is_fresh`): a slow one (this process was paused while it
+        waited, and a successor may have taken over since the fence said yes) is asked for again.
+        """
+        while True:
+            asked = time.monotonic()
+            self._call("check")
+            waited = time.monotonic() - asked
+            if answer_is_fresh(waited, self.grace_s):
+                return
+            log.warning("fence_answer_stale", supervisor=self.supervisor, waited_s=round(waited, 3), grace_s=self.grace_s)
 
     def kill_actors(self, actors: Sequence[Any]) -> None:
         if actors:
