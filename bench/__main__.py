@@ -32,6 +32,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         goodput,
         kill_cost,
         recovery,
+        replay_cost,
         scale,
         standby_recovery,
         state_cost,
@@ -58,6 +59,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "kill_cost": lambda: kill_cost.run(kills=2 if quick else 8, warmup_s=5 if quick else 20, settle_s=2 if quick else 20),
         "state_cost": lambda: state_cost.run(blocks=4 if quick else 12, block_steps=5 if quick else 10, kills=1 if quick else 6),
         "state_goodput": lambda: state_goodput.run(**state_goodput.settings(quick)),
+        "replay_cost": lambda: replay_cost.run(kills=2 if quick else 6),
     }
 
 

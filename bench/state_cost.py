@@ -108,12 +108,13 @@ class Recovery:
 
 
 def supervised(
-    cls: type, kind: str, ranks_per_node: list[int], prefix: str, pad_mb: float, snapshot_every: int = 0, **model: Any
+    cls: type, kind: str, ranks_per_node: list[int], prefix: str, pad_mb: float, snapshot_every: int = 0,
+    recovery: str = "rollback", **model: Any,
 ) -> Supervised:  # fmt: skip
     """A group of ``cls`` (its constructor's ``model`` arguments) with ``state=kind``, snapshotting at
-    every ``snapshot_every``-th step boundary (0: only when asked)."""
+    every ``snapshot_every``-th step boundary (0: only when asked), its lost state recovered by ``recovery``."""
     from supervisor import ClassWithInitArgs, ResourcePool, SupervisionConfig, create_group, init_group
-    from supervisor.state import StateConfig, StateKind
+    from supervisor.state import StateConfig, StateKind, StateRecovery
     from supervisor.supervision import GroupSupervisor
     from supervisor.supervision.init_policy import InitPolicy
     from supervisor.supervision.restart_policy import RestartPolicy
@@ -127,7 +128,7 @@ def supervised(
     config = SupervisionConfig(
         init_method="init_model", init_policy=policy, probe_period_s=1.0,
         restart=RestartPolicy(max_restarts=10_000, backoff_initial_s=0.0),
-        state=StateConfig(kind=StateKind(kind), snapshot_memory_mb=memory_mb, snapshot_every=snapshot_every),
+        state=StateConfig(kind=StateKind(kind), snapshot_memory_mb=memory_mb, snapshot_every=snapshot_every, recovery=StateRecovery(recovery)),
     )  # fmt: skip
     return Supervised(pool, group, GroupSupervisor(group, config).start())
 

@@ -56,6 +56,14 @@ class StatefulWorker(Worker):
         self.state = {"step": step + 1, "values": _apply(self.state["values"], self.rank, step, self.shared)}
         return self.state["step"]
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, mutates_state=True)
+    def update_once(self) -> None:
+        """A change of state that succeeds only in a rank's first incarnation: its replay fails."""
+        assert self.state is not None
+        if self.inits > 1:
+            raise RuntimeError(f"rank {self.rank}: update_once ran after a re-initialisation")
+        self.state = {**self.state, "values": self.state["values"] * 2}
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def perturb(self, ranks: list[int]) -> None:
         """Change the state of ``ranks`` without a step: a replica that silently diverged."""

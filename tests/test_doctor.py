@@ -314,6 +314,13 @@ def test_a_stateful_group_without_a_snapshot_and_replicas_that_diverged():
     assert (finding.kind, finding.subject) == (FindingKind.STATE_MEMORY, "job/actor")
     assert finding.detail.startswith("snapshots hold 52.0 of snapshot_memory_mb = 64 MiB (steps [3, 4])")
     protected.held_bytes = 16 * 2**20
+    # A replaying group whose log nears replay_log_mb: the next boundary snapshots early (said, not alarming).
+    protected.replay_log_calls, protected.replay_log_bytes, protected.replay_log_bound_bytes = 3, 400 * 2**20, 512 * 2**20
+    (finding,) = diagnose(facts(records=[ok], cluster_ray_version="2.60.0"))
+    assert (finding.kind, finding.subject, finding.severity.name) == (FindingKind.REPLAY_LOG, "job/actor", "INFO")
+    assert finding.detail.startswith("the replay log holds 3 call(s) taking 400.0 of replay_log_mb = 512 MiB")
+    protected.replay_log_bytes = 2**20
+    assert diagnose(facts(records=[ok], cluster_ray_version="2.60.0")) == []
     replicated.digests["2"], replicated.diverged_ranks = "bb", [2]
     (finding,) = diagnose(facts(records=[ok], cluster_ray_version="2.60.0"))
     assert (finding.kind, finding.subject, finding.severity.name) == (FindingKind.STATE_DIVERGED, "job/critic rank(s) [2]", "ERROR")

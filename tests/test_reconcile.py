@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from supervisor.placement.standby import BundleRef, ReplacementKind
+from supervisor.state import StateConfig, StateKind, StateRecovery
 from supervisor.supervision import GroupState, SupervisionConfig, WorkerState, reconcile
 from supervisor.supervision.init_policy import InitOutcome, InitPolicy, RankAttempt
+from supervisor.supervision.plan import RecoveryStep, StateRestore
 from supervisor.supervision.reconcile import (
     InitDone,
     PlacementSeen,
@@ -559,3 +561,40 @@ def test_a_transient_init_error_retries_the_same_ranks_after_a_backoff_and_charg
     plan = group.step()
     assert plan.init is not None and plan.init.ranks == (0, 1, 2, 3)
     assert sorted(group.initialised().renewed) == [0]
+
+
+@pytest.mark.parametrize("kind", [StateKind.SHARDED, StateKind.REPLICATED])
+def test_a_group_whose_recovery_replays_restores_its_own_snapshot_and_replays_instead_of_rolling_back(kind):
+    """A shard no peer holds, or an update cut short: the job-wide rollback, unless the group replays."""
+    for recovery, expected in ((StateRecovery.ROLLBACK, StateRestore.ROLLBACK), (StateRecovery.REPLAY, StateRestore.REPLAY)):
+        config = dataclasses.replace(_config(), state=StateConfig(kind=kind, snapshot_every=1, recovery=recovery))
+        group = FakeGroup(config)
+        plan = group.step(RankFailed(Failure(1, FailureReason.DIED, "boom"), during_update=True))
+        for r in sorted(r.rank for r in plan.replacements):  # a replaying group rebuilds the survivors too
+            plan = group.replaced(r)
+        assert plan.init is not None and plan.init.restore is expected
+        steps = plan.init.steps
+        replays = recovery is StateRecovery.REPLAY
+        assert steps[-2:] == ((RecoveryStep.RESTORE, RecoveryStep.REPLAY) if replays else (RecoveryStep.INIT, RecoveryStep.RESTORE))
+
+
+def test_a_replicated_group_that_replays_still_heals_from_a_live_peer_between_calls():
+    config = dataclasses.replace(_config(), state=StateConfig(kind=StateKind.REPLICATED, recovery=StateRecovery.REPLAY))
+    group = FakeGroup(config)
+    group.step(_died(1))
+    plan = group.replaced(1)
+    assert plan.init is not None and plan.init.restore is StateRestore.PEER
+
+
+def test_the_survivors_of_an_update_cut_short_are_rebuilt_at_once_when_the_group_replays():
+    """They would wait out their collective's timeout; the replay gives them their state anyway."""
+    config = dataclasses.replace(_config(), state=StateConfig(kind=StateKind.SHARDED, recovery=StateRecovery.REPLAY))
+    group = FakeGroup(config)
+    plan = group.step(RankFailed(Failure(1, FailureReason.DIED, "boom"), during_update=True))
+    assert sorted(r.rank for r in plan.replacements) == [0, 1, 2, 3]
+    assert [r.reason for r in group.state.history] == [FailureReason.DIED]  # the others are not charged
+    assert "the replay restores its state" in (group.state.ranks[0].last_failure or "")
+    # Between calls the survivors are idle: they re-form in place.
+    group = FakeGroup(config)
+    plan = group.step(_died(1))
+    assert [r.rank for r in plan.replacements] == [1]

@@ -28,7 +28,7 @@ from supervisor import (
 from supervisor.core.state_tree import WireState, from_wire, state_digest
 from supervisor.errors import GroupFailedError, RolledBack, StateLostError
 from supervisor.observability.metrics import REGISTRY
-from supervisor.state import StateConfig, StateDomain, StateKind
+from supervisor.state import StateConfig, StateDomain, StateKind, StateRecovery
 from supervisor.state.keeper import keeper_name
 from supervisor.supervision.init_policy import InitPolicy
 from supervisor.supervision.restart_policy import RestartPolicy
@@ -168,6 +168,68 @@ def test_sharded_rank_killed_during_an_update_raises_rolled_back_from_that_call(
         assert _digests(group) == _expected(group, 1, shared=False)
         group.train_step(1)
         assert _digests(group) == _expected(group, 2, shared=False)
+    finally:
+        _teardown(pool, group, sup)
+
+
+REPLAY = {"recovery": StateRecovery.REPLAY, "mutating_methods": ("train_step",)}
+
+
+def test_sharded_rank_killed_during_an_update_is_replayed_and_the_call_returns_as_if_nothing_happened(ray_cluster, no_leaks):
+    """Restore, replay, retry in the group itself: the driver gets the call's results, no RolledBack."""
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False, step_s=1.0, **REPLAY)
+    try:
+        group.snapshot(0)
+        sup.state_domain.wait_snapshots(group)
+        _train(group, range(2))  # logged: the replay brings a restore of step 0 to step 2
+        assert sup.state_domain.replay_log_status(group.name)[0] == 2
+        replayed = _metric("supervisor_state_replayed_calls_total", group=group.name)
+        import threading
+
+        threading.Timer(0.4, os.kill, args=(_pid(group, 1), signal.SIGKILL)).start()
+        assert group.train_step(2) == [3, 3]  # retried once the group was restored and replayed
+        assert sup.generation(1) == 1
+        assert _digests(group) == _expected(group, 3, shared=False)  # every step applied exactly once
+        assert _metric("supervisor_state_replayed_calls_total", group=group.name) == replayed + 2
+        _train(group, range(3, 5))  # no rollback to announce: the next step is simply the next one
+        assert _digests(group) == _expected(group, 5, shared=False)
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_sharded_rank_killed_between_calls_is_replayed_without_telling_the_driver(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False, **REPLAY)
+    try:
+        group.snapshot(0)
+        sup.state_domain.wait_snapshots(group)
+        _train(group, range(3))
+        _kill(group, 0)
+        _wait(lambda: sup.generation(0) == 1 and sup.state.value == "running", what="rank 0 replaced")
+        assert _digests(group) == _expected(group, 3, shared=False)  # snapshot of step 0, three calls replayed
+        _train(group, range(3, 5))
+        assert _digests(group) == _expected(group, 5, shared=False)
+        group.snapshot(5)
+        sup.state_domain.wait_snapshots(group)
+        _train(group, range(5, 6))
+        assert sup.state_domain.replay_log_status(group.name)[0] == 6  # steps 0-5, since the snapshot of step 0
+        sup.state_domain.snapshot(group, 6)  # reads the inventory: step 5 is complete, the log drops what precedes it
+        assert sup.state_domain.replay_log_status(group.name)[0] == 1  # step 5's call
+    finally:
+        _teardown(pool, group, sup)
+
+
+def test_a_replay_that_fails_fails_the_group_in_one_line_naming_the_call(ray_cluster, no_leaks):
+    pool, group, sup = _supervised(StateKind.SHARDED, shared=False, **REPLAY)
+    try:
+        group.snapshot(0)
+        sup.state_domain.wait_snapshots(group)
+        group.update_once()
+        _kill(group, 1)
+        with pytest.raises(GroupFailedError) as failed:
+            _wait(lambda: sup.state.value == "failed", what="the group failed")
+            group.info()
+        message = str(failed.value)
+        assert "replay from step 0 failed at call 1 of 1 (update_once)" in message and "\n" not in message
     finally:
         _teardown(pool, group, sup)
 

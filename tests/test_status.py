@@ -217,6 +217,10 @@ def test_a_stateful_group_shows_its_state_kind_and_last_snapshot_when_wide_and_d
     wide = render_status(shown, wide=True)
     assert "state: sharded, last complete snapshot at step 12, 3s ago (every 1 step(s)); 3.0/64 MiB in memory (steps [11, 12, 13])" in wide
     assert "state on disk: steps [10]" in wide and "last rollback: to step 9 from memory" in wide
+    assert "replay log" not in wide  # it rolls back
+    state.replay_log_calls, state.replay_log_bytes, state.replay_log_bound_bytes = 2, 3 * 2**20, 512 * 2**20
+    assert SupervisorRecord.from_json(rec.to_json()) == rec
+    assert "recovery: replay; replay log: 2 call(s) since the newest snapshot, 3.0/512 MiB" in render_status(shown, wide=True)
     assert "state:" not in render_status(shown)  # the default view stays short...
     state.kind, state.diverged_ranks, state.digest_step, state.digests = "replicated", [1], 12, {"0": "aa", "1": "bb", "2": "aa"}
     assert "state DIVERGED: rank(s) [1] differ from their replicas at step 12" in render_status(shown)  # ...unless replicas diverged

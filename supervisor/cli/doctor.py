@@ -59,6 +59,7 @@ class FindingKind(enum.Enum):
     STATE_UNPROTECTED = "state without a snapshot"
     STATE_DIVERGED = "replica state diverged"
     STATE_MEMORY = "snapshot memory near its bound"
+    REPLAY_LOG = "replay log near its bound"
     DRAINING = "node draining"
 
 
@@ -80,6 +81,7 @@ _PHASE = {
     FindingKind.STATE_UNPROTECTED: Phase.AFTER_START,
     FindingKind.STATE_DIVERGED: Phase.AFTER_START,
     FindingKind.STATE_MEMORY: Phase.AFTER_START,
+    FindingKind.REPLAY_LOG: Phase.AFTER_START,
     FindingKind.DRAINING: Phase.AFTER_START,
 }
 
@@ -114,6 +116,7 @@ _SEVERITY = {
     FindingKind.STATE_UNPROTECTED: Severity.WARNING,
     FindingKind.STATE_DIVERGED: Severity.ERROR,
     FindingKind.STATE_MEMORY: Severity.WARNING,
+    FindingKind.REPLAY_LOG: Severity.INFO,
     FindingKind.DRAINING: Severity.WARNING,
 }
 
@@ -357,6 +360,16 @@ def _state_findings(record: SupervisorRecord) -> list[Finding]:
                     f"snapshots hold {state.held_bytes / 2**20:.1f} of snapshot_memory_mb = {state.bound_bytes / 2**20:g} MiB "
                     f"(steps {state.steps_in_memory}): the next may be skipped",
                     "raise snapshot_memory_mb to at least 3 snapshots' worth (2 copies of every shard each), or snapshot less often",
+                )  # fmt: skip
+            )
+        log_bound = state.replay_log_bound_bytes
+        if state.replay_log_calls is not None and log_bound and state.replay_log_bytes > 0.75 * log_bound:
+            findings.append(
+                Finding(
+                    FindingKind.REPLAY_LOG, subject,
+                    f"the replay log holds {state.replay_log_calls} call(s) taking {state.replay_log_bytes / 2**20:.1f} of "
+                    f"replay_log_mb = {state.replay_log_bound_bytes / 2**20:g} MiB: the next step boundary takes an extra snapshot",
+                    "snapshot more often (snapshot_every), or raise replay_log_mb if the driver has the memory",
                 )  # fmt: skip
             )
         if state.diverged_ranks:

@@ -357,7 +357,7 @@ def render_status(report: StatusReport, wide: bool = False) -> str:
 
 def state_lines(state: StateRecord, now: float) -> list[str]:
     """What ``status -o wide`` says of a stateful group's state: its kind, newest complete snapshot,
-    what the snapshots hold, the last rollback, and replicas whose state differs."""
+    what the snapshots hold, its replay log, the last rollback, and replicas whose state differs."""
     every = f"every {state.snapshot_every} step(s)" if state.snapshot_every else "only explicit snapshots"
     if state.last_snapshot_step is None:
         last = "no complete snapshot yet"
@@ -368,6 +368,9 @@ def state_lines(state: StateRecord, now: float) -> list[str]:
     lines = [f"state: {state.kind}, {last} ({every}); {held} (steps {state.steps_in_memory or '-'})"]
     if state.steps_on_disk:
         lines.append(f"state on disk: steps {state.steps_on_disk[-3:]}" + (" ..." if len(state.steps_on_disk) > 3 else ""))
+    if state.replay_log_calls is not None:
+        held = f"{state.replay_log_bytes / 2**20:.1f}/{state.replay_log_bound_bytes / 2**20:.0f} MiB"
+        lines.append(f"recovery: replay; replay log: {state.replay_log_calls} call(s) since the newest snapshot, {held}")
     if state.last_rollback_step is not None:
         lines.append(f"last rollback: to step {state.last_rollback_step} from {state.last_rollback_medium}")
     if state.diverged_ranks:

@@ -65,6 +65,7 @@ class EventKind(StrEnum):
     STANDBY_FAILED = "StandbyFailed"
     STATE_RESTORED = "StateRestored"  # a stateful group's replacement got its state (from a peer)
     ROLLED_BACK = "RolledBack"  # every stateful group went back to a snapshot
+    REPLAYED = "Replayed"  # one group went back to its own snapshot and ran its logged calls again
     SNAPSHOT_SKIPPED = "SnapshotSkipped"  # a snapshot would have passed its memory bound
     GCS_OUTAGE = "GcsOutage"  # the cluster's GCS was unreachable for a while (a restart); the job ran on
     NODE_DRAINING = "NodeDraining"  # a node of the job's ranks got a drain (preemption) notice

@@ -139,6 +139,11 @@ class DaemonHooks(ObservingHooks):
         moved = f" from node {(source_node or '?')[:12]} to {(target_node or '?')[:12]}"
         self.event(EventKind.RANK_HANDED_OVER, f"handed over{moved} in {seconds:.2f}s (not a failure: nothing charged)", group=group, rank=rank)
 
+    def on_state_replayed(self, group: str, step: int, calls: int, seconds: float) -> None:
+        super().on_state_replayed(group, step, calls, seconds)
+        message = f"back to its own snapshot of step {step}, {calls} call(s) replayed in {seconds:.2f}s: the driver saw nothing"
+        self.event(EventKind.REPLAYED, message, EventType.WARNING, group)
+
     def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
         super().on_rolled_back(group, groups, step, medium, seconds, cause)
         message = f"every stateful group ({', '.join(groups)}) back to the {medium} snapshot of step {step} in {seconds:.2f}s: {cause}"
@@ -353,6 +358,7 @@ def state_record(status: GroupStateStatus, rollback: Rollback | None) -> StateRe
         list(status.steps_in_memory), list(status.steps_on_disk), status.digest_step,
         {str(r): d for r, d in sorted(status.replica_digests.items())}, status.diverged_ranks,
         None if rollback is None else rollback.step, None if rollback is None else rollback.medium.value,
+        status.replay_log_calls, status.replay_log_bytes, status.replay_log_bound_bytes,
     )  # fmt: skip
 
 

@@ -84,6 +84,9 @@ class StateRecord:
     diverged_ranks: list[int] = field(default_factory=list)  # replicas whose digest differs from the others'
     last_rollback_step: int | None = None  # the job's last rollback (every stateful group took part)
     last_rollback_medium: str | None = None
+    replay_log_calls: int | None = None  # a group whose recovery replays: the calls its log holds (None: it rolls back)
+    replay_log_bytes: int = 0  # what their arguments take in the driver
+    replay_log_bound_bytes: int = 0  # replay_log_mb
 
 
 @dataclass

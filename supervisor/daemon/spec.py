@@ -56,7 +56,7 @@ from ..placement.layout import (
 from ..placement.pool import PlacementStrategy, ResourcePool
 from ..placement.resource_wait import RESOURCE_TIMEOUT_S
 from ..placement.standby import StandbyReach
-from ..state.kinds import StateConfig, StateKind
+from ..state.kinds import StateConfig, StateKind, StateRecovery
 from ..supervision import InFlightPolicy, SupervisionConfig
 from ..supervision.drain import DrainPolicy
 from ..supervision.init_policy import InitPolicy
@@ -298,6 +298,12 @@ class GroupSpec:
     """Directory of the disk fallback (torch.distributed.checkpoint; relative to the spec; shared storage on a real cluster)"""
     disk_snapshot_every: Count = StateConfig.disk_snapshot_every
     """Disk snapshot at every this many step boundaries; 0: none"""
+    recovery: Annotated[StateRecovery, _caseless(StateRecovery)] = StateConfig.recovery
+    """A state lost at an unknown step: rollback (every stateful group back to a common snapshot, the driver told) or replay (this group alone: its own snapshot, its logged calls run again, the call retried; the driver sees nothing)"""
+    mutating_methods: list[Str] = field(default_factory=list)
+    """Methods that change the state (besides those registered with mutates_state=True): what a replay runs again"""
+    replay_log_mb: Positive = StateConfig.replay_log_mb
+    """Bound on the arguments a replaying group's log holds; past it the next step boundary takes a snapshot"""
     drain_hand_over: Bool = DrainPolicy.hand_over
     """A rank on a node being drained (a preemption notice) is handed over to a successor elsewhere at the next call boundary"""
     drain_min_notice_s: NonNegative = DrainPolicy.min_notice_s
@@ -305,7 +311,10 @@ class GroupSpec:
 
     def state_config(self, base_dir: Path) -> StateConfig:
         disk = str((base_dir / self.disk_dir).resolve()) if self.disk_dir else None
-        return StateConfig(self.state, self.snapshot_every, self.snapshot_memory_mb, disk, self.disk_snapshot_every)
+        return StateConfig(
+            self.state, self.snapshot_every, self.snapshot_memory_mb, disk, self.disk_snapshot_every,
+            recovery=self.recovery, mutating_methods=tuple(self.mutating_methods), replay_log_mb=self.replay_log_mb,
+        )  # fmt: skip
 
     def worker_budget(self, name: str, pool: PoolSpec) -> WorkerBudget:
         """What one worker of this group takes from its bundle (GPUs: an even share by default)."""

@@ -146,6 +146,13 @@ class LifecycleHooks:
     def on_rolled_back(self, group: str, groups: tuple[str, ...], step: int, medium: str, seconds: float, cause: str) -> None:
         """A failure of ``group`` took every stateful group (``groups``) back to the snapshot of ``step``."""
 
+    def on_state_replayed(self, group: str, step: int, calls: int, seconds: float) -> None:
+        """``group`` lost state, went back to its own snapshot of ``step`` and ran its ``calls`` logged
+        mutating calls again (in ``seconds``): the driver saw nothing."""
+
+    def on_replay_log(self, group: str, calls: int, nbytes: int) -> None:
+        """``group``'s replay log now holds ``calls`` calls whose arguments take ``nbytes``."""
+
     def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
         """``node``, where ``ranks`` of ``group`` run, is being drained (its deadline in ``deadline_in_s``; None: none)."""
 
@@ -267,6 +274,12 @@ class ObservingHooks(LifecycleHooks):
         for name in groups:
             metrics.STATE_RESTORE.labels(group=name, kind=metrics.restore_kind(medium)).observe(seconds)
 
+    def on_state_replayed(self, group: str, step: int, calls: int, seconds: float) -> None:
+        metrics.STATE_REPLAYED_CALLS.labels(group=group).inc(calls)
+        metrics.STATE_REPLAY.labels(group=group).observe(seconds)
+
+    def on_replay_log(self, group: str, calls: int, nbytes: int) -> None:
+        metrics.STATE_REPLAY_LOG_BYTES.labels(group=group).set(nbytes)
 
     def on_node_draining(self, group: str, node: str, deadline_in_s: float | None, ranks: list[int]) -> None:
         log.warning("node_draining", group=group, node=node, deadline_in_s=None if deadline_in_s is None else round(deadline_in_s, 1), ranks=ranks)

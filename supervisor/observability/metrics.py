@@ -43,6 +43,9 @@ __all__ = [
     "STATE_RESTORE",
     "restore_kind",
     "STATE_ROLLBACKS",
+    "STATE_REPLAYED_CALLS",
+    "STATE_REPLAY",
+    "STATE_REPLAY_LOG_BYTES",
     "STATE_SNAPSHOT_STEP",
     "STATE_SNAPSHOT_TIME",
     "STATE_SNAPSHOT_SKIPPED",
@@ -179,6 +182,20 @@ def restore_kind(medium: str) -> str:
 STATE_ROLLBACKS = Counter(
     "supervisor_state_rollbacks_total", "Rollbacks a group's failure caused (every stateful group of the job goes back), by source.",
     ["group", "medium"], registry=REGISTRY,
+)
+STATE_REPLAYED_CALLS = Counter(
+    "supervisor_state_replayed_calls_total",
+    "Mutating calls a group ran again after restoring its own snapshot (a recovery the driver never saw).",
+    ["group"], registry=REGISTRY,
+)
+STATE_REPLAY = Histogram(
+    "supervisor_state_replay_seconds", "Time a group took to replay its logged calls after a restore.",
+    ["group"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,
+)
+#: Each logged call and each snapshot that empties the log.
+STATE_REPLAY_LOG_BYTES = Gauge(
+    "supervisor_state_replay_log_bytes", "Bytes of arguments a group's replay log holds (calls since its newest snapshot).",
+    ["group"], registry=REGISTRY,
 )
 #: Each completed snapshot.
 STATE_SNAPSHOT_STEP = Gauge(

@@ -25,5 +25,6 @@ from .domain import Rollback as Rollback
 from .domain import StateDomain as StateDomain
 from .kinds import StateConfig as StateConfig
 from .kinds import StateKind as StateKind
+from .kinds import StateRecovery as StateRecovery
 
-__all__ = ["StateKind", "StateConfig", "StateDomain", "Rollback", "StateLostError"]
+__all__ = ["StateKind", "StateRecovery", "StateConfig", "StateDomain", "Rollback", "StateLostError"]

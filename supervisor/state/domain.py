@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ from .planning import (
     snapshot_ranks,
     steps_to_free,
 )
+from .replay_log import ReplayGap, ReplayLog
 
 if TYPE_CHECKING:
     from ..core.group.group import WorkerGroup
@@ -118,6 +119,10 @@ class GroupStateStatus:
     # Each rank's state digest at ``digest_step`` (sharded: each its own; replicated: all equal).
     digest_step: int | None = None
     replica_digests: dict[int, str] = field(default_factory=dict)
+    # A group whose recovery replays: what its replay log holds, and its bound (replay_log_mb).
+    replay_log_calls: int | None = None
+    replay_log_bytes: int = 0
+    replay_log_bound_bytes: int = 0
 
     @property
     def diverged_ranks(self) -> list[int]:
@@ -147,6 +152,7 @@ class _Member:
     seen: tuple[GroupCopies, frozenset[str]] | None = None
     digests: dict[int, dict[int, str]] = field(default_factory=dict)  # step -> rank -> digest, as the ranks report them
     in_flight: _Submitted | None = None  # a periodic snapshot whose acknowledgements are not read yet
+    replay_log: ReplayLog = field(default_factory=ReplayLog)  # kept when the group's recovery replays
 
 
 @dataclass(frozen=True)
@@ -266,7 +272,7 @@ class StateDomain:
         self.last_boundary = step
         skipped = []
         for _, member in sorted(self._members.items()):
-            memory, disk = member.config.snapshot_due(step), member.config.disk_due(step)
+            memory, disk = member.config.snapshot_due(step) or self._log_full(member), member.config.disk_due(step)
             if memory or disk:
                 result = self.snapshot(member.group, step, memory=memory, disk=disk, wait=False)
                 if result is not None:
@@ -330,6 +336,7 @@ class StateDomain:
                 refs.append(workers[rank]._supervisor_snapshot.remote(group.name, step, targets, disk_dir if kept else None))
             member.in_flight = _Submitted(step, tuple(taking_part), tuple(refs))
             member.snapshot_at[step] = self.clock()
+            member.replay_log.snapshot_requested(step)
         return self._settle(member) if wait else None
 
     def _settle(self, member: _Member) -> None:
@@ -373,6 +380,9 @@ class StateDomain:
         alive = set(self.keepers.handles())
         gone = steps_to_free(copies, alive, KEEP_SNAPSHOTS)
         latest = latest_complete(copies, alive)
+        if latest is not None and member.config.replays:
+            member.replay_log.snapshot_complete(latest)
+            self.hooks.on_replay_log(group.name, len(member.replay_log), member.replay_log.nbytes)
         shards = [c for c in copies.copies if c.medium is CopyMedium.MEMORY and c.step == latest]
         if shards:  # one copy of every shard of the newest complete snapshot
             member.last_nbytes = sum(max(c.nbytes for c in shards if c.rank == r) for r in {c.rank for c in shards})
@@ -450,6 +460,8 @@ class StateDomain:
             tuple(sorted({c.step for c in group_copies.copies if c.medium is CopyMedium.MEMORY})),
             tuple(sorted({c.step for c in group_copies.copies if c.medium is CopyMedium.DISK})),
             member.config.snapshot_every, digest_step, dict(member.digests[digest_step]) if digest_step is not None else {},
+            len(member.replay_log) if member.config.replays else None, member.replay_log.nbytes,
+            int(member.config.replay_log_mb * 2**20),
         )  # fmt: skip
 
     def _check_replicas(self, member: _Member) -> None:
@@ -571,6 +583,89 @@ class StateDomain:
         self.hooks.on_state_restored(group.name, restore_kind(target.medium.value), seconds, tuple(ranks))
         return seconds
 
+    # -- replay: recovery inside one group --------------------------------------------------------
+    def log_call(self, group: WorkerGroup, method: str, per_rank: Mapping[int, tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
+        """A mutating call of ``group`` completed: log it for a replay (a group whose recovery replays)."""
+        member = self._members.get(group.name)
+        if member is None or not member.config.replays:
+            return
+        with self._lock:
+            member.replay_log.append(method, per_rank)
+            calls, nbytes = len(member.replay_log), member.replay_log.nbytes
+        self.hooks.on_replay_log(group.name, calls, nbytes)
+
+    def replay_log_status(self, group_name: str) -> tuple[int, int]:
+        """The calls and the argument bytes ``group_name``'s replay log holds."""
+        member = self._members.get(group_name)
+        if member is None:
+            return 0, 0
+        log_ = member.replay_log
+        return len(log_), log_.nbytes
+
+    def _log_full(self, member: _Member) -> bool:
+        return member.config.replays and member.replay_log.nbytes > member.config.replay_log_mb * 2**20
+
+    def restore_own(self, group: WorkerGroup, cause: str) -> int:
+        """Load ``group``'s own newest complete snapshot into every one of its ranks (no other group is
+        touched, nothing is announced to the driver); the step it restored.
+
+        Raises:
+            StateLostError: the group has no complete snapshot, or the log cannot replay from it.
+        """
+        import ray
+
+        with self._lock:
+            self.fence.check()  # the ranks belong to whoever owns the job now
+            member = self._members[group.name]
+            copies, alive = self.copies()
+            target = plan_rollback({group.name: copies[group.name]}, alive)
+            if target is None:
+                raise StateLostError(self._lost_message(group.name, cause, {group.name: copies[group.name]}, alive))
+            try:
+                member.replay_log.since(target.step)
+            except ReplayGap as gap:
+                raise StateLostError(f"state of group {group.name} lost: {cause}; {gap}") from None
+            refs = self._load_refs(member, target)
+        # Not under the lock: the other groups' calls go on (this group's wait at its gate meanwhile).
+        started = time.perf_counter()
+        try:
+            ray.get(refs, timeout=LOAD_TIMEOUT_S)
+        except Exception as exc:
+            raise StateLostError(f"group {group.name}: restore of step {target.step} failed while loading: {first_line(exc)}") from exc
+        with self._lock:
+            self._note_loaded(group, range(group.world_size))
+        seconds = time.perf_counter() - started
+        log.warning("state_restored_for_replay", group=group.name, step=target.step, medium=target.medium.value, cause=cause, seconds=round(seconds, 3))
+        self.hooks.on_state_restored(group.name, restore_kind(target.medium.value), seconds, tuple(range(group.world_size)))
+        return target.step
+
+    def replay(self, group: WorkerGroup, step: int) -> int:
+        """Run the mutating calls logged since ``step`` again, in order, on the ranks they ran on
+        (``group`` was just restored to ``step``); the number of calls replayed.
+
+        Raises:
+            StateLostError: a replayed call failed (one line: the group, the step, the call, the cause).
+        """
+        import ray
+
+        member = self._members[group.name]
+        with self._lock:
+            calls = member.replay_log.since(step)
+        started = time.perf_counter()
+        for i, call in enumerate(calls, 1):
+            self.fence.check()
+            refs = [group.call_actor(group.workers[r], call.method, args, kwargs) for r, (args, kwargs) in sorted(call.per_rank.items())]
+            try:
+                ray.get(refs, timeout=LOAD_TIMEOUT_S)
+            except Exception as exc:
+                raise StateLostError(
+                    f"group {group.name}: replay from step {step} failed at call {i} of {len(calls)} ({call.method}): {first_line(exc)}"
+                ) from exc
+        seconds = time.perf_counter() - started
+        log.warning("state_replayed", group=group.name, step=step, calls=len(calls), seconds=round(seconds, 3))
+        self.hooks.on_state_replayed(group.name, step, len(calls), seconds)
+        return len(calls)
+
     def roll_back(self, group: WorkerGroup, cause: str) -> Rollback:
         """Take every stateful group to the newest step all of them can restore, and announce it.
 
@@ -612,6 +707,7 @@ class StateDomain:
         self._rollbacks += 1
         for member in self._members.values():  # digests of steps past the target are of a history undone
             member.digests = {s: d for s, d in member.digests.items() if s <= target.step}
+            member.replay_log.rolled_back(target.step)  # the driver makes those calls again
             member.in_flight = None  # and so are the answers of a snapshot taken before the rollback
         log.warning("rolled_back", step=target.step, groups=list(rollback.groups), medium=target.medium.value, cause=cause, seconds=round(seconds, 3))
         self.hooks.on_rolled_back(group.name, rollback.groups, target.step, target.medium.value, seconds, cause)

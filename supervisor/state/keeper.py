@@ -73,6 +73,7 @@ class KeeperSet:
     def __init__(self, prefix: str, namespace: str, fence: Fence) -> None:
         self.prefix, self.namespace, self.fence = prefix, namespace, fence
         self._handles: dict[str, Any] = {}
+        self._forgotten: list[Any] = []  # keepers that did not answer an inventory (ended at kill all the same)
         self._lock = threading.Lock()
 
     def ensure(self, nodes: Iterable[str]) -> dict[str, Any]:
@@ -94,7 +95,9 @@ class KeeperSet:
 
     def forget(self, node: str) -> None:
         with self._lock:
-            self._handles.pop(node, None)
+            handle = self._handles.pop(node, None)
+            if handle is not None:  # silent, maybe only slow (a loaded node): ended with the others
+                self._forgotten.append(handle)
 
     def handles(self) -> dict[str, Any]:
         with self._lock:
@@ -134,6 +137,7 @@ class KeeperSet:
     def kill(self) -> None:
         """End every keeper (through the owner fence) and what it holds."""
         with self._lock:
-            handles, self._handles = list(self._handles.values()), {}
+            handles, self._handles = [*self._handles.values(), *self._forgotten], {}
+            self._forgotten = []
         if handles:
             self.fence.kill_actors(handles)

@@ -3,7 +3,7 @@
 :class:`LoopState` is the one record of a group's supervision (each rank's :class:`RankView`, the
 restart history, the recovery in progress); :class:`Plan` is what one pass decided, for the
 supervisor to carry out. A rank's recovery is the sequence REPLACE (a replacement per rank) ->
-:class:`RecoveryStep` CAPTURE, RENDEZVOUS, INIT, RESTORE (one :class:`InitOrder`) -> SERVE.
+:class:`RecoveryStep` CAPTURE, RENDEZVOUS, INIT, RESTORE, REPLAY (one :class:`InitOrder`) -> SERVE.
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ class StateRestore(enum.Enum):
     NONE = "none"
     PEER = "peer"  # copied from a live rank (taken before it re-initialises)
     ROLLBACK = "rollback"  # every stateful group of the job goes back to the newest common snapshot
+    # This group alone goes back to its own newest snapshot and runs its logged mutating calls again.
+    REPLAY = "replay"
     # Every rank keeps its own live state across the re-formation: a handed-over rank gets its
     # predecessor's, a survivor its own, a replaced replica a live peer's (taken before the init).
     LIVE = "live"
@@ -115,12 +117,14 @@ class RecoveryStep(enum.Enum):
     RENDEZVOUS = "rendezvous"  # pick a new rendezvous (rank 0 lives on) and/or give it to the ranks
     INIT = "init"  # one round of the init method
     RESTORE = "restore"  # load the state back (a stateful group)
+    REPLAY = "replay"  # run the group's logged mutating calls again, in order (after its own snapshot)
 
 
 @dataclass(frozen=True)
 class InitOrder:
     """Run on ``ranks``: first the new rendezvous (``propagate``: to every rank but 0), then the init
-    method, then the state restore. ``fresh_rendezvous``: rank 0 lives on, yet the collective is
+    method, then the state restore (and, restoring a group's own snapshot, the replay of its logged
+    calls). ``fresh_rendezvous``: rank 0 lives on, yet the collective is
     re-formed, so a new rendezvous is picked on its node and given to every rank. ``survivors``: the
     ranks that ran until this init (a peer restore copies one of them first). ``recapture``: the
     restore's source is captured now (False: a retried round reuses what the first one captured)."""
@@ -146,6 +150,8 @@ class InitOrder:
             steps.append(RecoveryStep.INIT)
         if self.restore is not StateRestore.NONE:
             steps.append(RecoveryStep.RESTORE)
+        if self.restore is StateRestore.REPLAY:
+            steps.append(RecoveryStep.REPLAY)
         return tuple(steps)
 
 

@@ -13,7 +13,7 @@ observed plans nothing twice.
 A rank's recovery is one sequence of typed steps, each planned here and carried out by a task
 (:mod:`.recovery`) that reports back as an observation::
 
-    REPLACE (a task per rank)  ->  RENDEZVOUS -> INIT -> RESTORE (one task: an InitOrder)  ->  SERVE
+    REPLACE (a task per rank)  ->  RENDEZVOUS -> INIT -> RESTORE -> REPLAY (one task: an InitOrder)  ->  SERVE
 
 * a *replacement* per rank (wait for its bundle, start its actor): replacements overlap;
 * one *init* at a time over every rank whose actor is up (:class:`InitOrder`, its steps in
@@ -134,6 +134,7 @@ class _Planner:
 
     def plan(self, observations: Sequence[Observation]) -> Plan:
         new_failures: list[Failure] = []
+        cut_short: list[Failure] = []  # failures inside a call that changes state
         for obs in observations:
             if isinstance(obs, RankFailed):
                 if self._fail(obs.failure):
@@ -141,6 +142,8 @@ class _Planner:
                     # No peer holds a shard; and an update cut short leaves even replicas at an unknown step.
                     if self.kind is StateKind.SHARDED or (self.kind.stateful and obs.during_update):
                         self.rollback_needed = True
+                    if obs.during_update:
+                        cut_short.append(obs.failure)
             elif isinstance(obs, ReplacementDone):
                 self._replacement_done(obs)
             elif isinstance(obs, InitDone):
@@ -152,7 +155,11 @@ class _Planner:
             elif isinstance(obs, DrainSeen):
                 self.drain = obs
         if new_failures and self.policy.strategy is RestartStrategy.ONE_FOR_ALL:
-            self._rebuild_the_others(new_failures)
+            self._rebuild_the_others(new_failures, "one_for_all")
+        elif cut_short and self.config.state.replays:
+            # The survivors of the update's collective would wait out its timeout (gloo cannot be
+            # aborted from outside), and the replay gives them their state anyway: new processes, now.
+            self._rebuild_the_others(cut_short, "its collective lost a peer; the replay restores its state")
         replacements: list[Replacement] = []
         init: InitOrder | None = None
         if self.escalation is None:
@@ -197,12 +204,12 @@ class _Planner:
         self._move(failure.rank, WorkerState.FAILED, True, failure=failure, failed_at=self.now, charged=True, not_before=not_before)
         return True
 
-    def _rebuild_the_others(self, failures: list[Failure]) -> None:
+    def _rebuild_the_others(self, failures: list[Failure], why: str) -> None:
         trigger = min(failures, key=lambda f: f.rank)
         not_before = max(self.ranks[f.rank].not_before for f in failures)
         for view in list(self.ranks):
             if view.state is WorkerState.RUNNING:
-                collateral = Failure(view.rank, trigger.reason, f"rebuilt with rank {trigger.rank} (one_for_all)", None)
+                collateral = Failure(view.rank, trigger.reason, f"rebuilt with rank {trigger.rank} ({why})", None)
                 self._move(view.rank, WorkerState.FAILED, failure=collateral, failed_at=self.now, charged=False, not_before=not_before)
 
     def _replacement_done(self, done: ReplacementDone) -> None:
@@ -432,15 +439,17 @@ class _Planner:
         # re-formation picks a fresh one on rank 0's node (stale peers may still reach the old port).
         rank_zero_new = self.ranks[0].replaced and self.ranks[0].last_attempt is None
         retry = self.pending_restore is not None  # a round of this re-formation failed: restore as planned then
+        # A state lost at an unknown step: the group's own snapshot and replay, or the job's rollback.
+        lost = StateRestore.REPLAY if self.config.state.replays else StateRestore.ROLLBACK
         if not self.kind.stateful:
             restore = StateRestore.NONE  # a collective without state re-forms around a hand-over
         elif self.rollback_needed:
-            restore = StateRestore.ROLLBACK
+            restore = lost
         elif retry:
             assert self.pending_restore is not None
             restore, survivors = self.pending_restore, list(self.pending_survivors)
         elif not (survivors or any(self.ranks[r].handover for r in ranks)):
-            restore = StateRestore.ROLLBACK
+            restore = lost
         elif any(self.ranks[r].handover for r in ranks):
             restore = StateRestore.LIVE
         else:

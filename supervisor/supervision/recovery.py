@@ -243,6 +243,7 @@ class InitTask:
         order = self.order
         captured: Any = self.carried
         attempts: list[RankAttempt] = []
+        restored: int | None = None  # the step of the group's own snapshot a replay starts from
         try:
             for step in order.steps:
                 if step is RecoveryStep.CAPTURE:
@@ -256,7 +257,9 @@ class InitTask:
                     if not all(a.outcome.ok for a in attempts):
                         return InitDone(order.ranks, attempts=tuple(attempts), carried=captured)
                 elif step is RecoveryStep.RESTORE:
-                    self._restore(captured)
+                    restored = self._restore(captured)
+                elif step is RecoveryStep.REPLAY:
+                    self._replay(restored)
             return InitDone(order.ranks, attempts=tuple(attempts))
         except RecoveryStopped:
             raise
@@ -301,23 +304,32 @@ class InitTask:
             collective=cfg.collective,
         )  # fmt: skip
 
-    def _restore(self, captured: Any) -> None:
+    def _restore(self, captured: Any) -> int | None:
+        """Load the state back; the step of the group's own snapshot when a replay follows."""
         order, group = self.order, self.group
         if self.state is None or self.state.untrained:
-            return
+            return None
         cause = _cause(group, order)
         if order.restore is StateRestore.LIVE:
             self.state.restore_live(group, captured)
-            return
+            return None
+        if order.restore is StateRestore.REPLAY:
+            return self.state.restore_own(group, cause)
         if order.restore is StateRestore.PEER:
             if captured is not None:
                 try:
                     self.state.restore_from_peer(group, captured, list(order.ranks))
-                    return
+                    return None
                 except StateLostError as exc:  # the peer went too: a snapshot may still have it
                     log.warning("peer_restore_failed", group=group.name, error=str(exc))
             cause += " (no live peer to copy from)"
         self.state.roll_back(group, cause)
+        return None
+
+    def _replay(self, restored: int | None) -> None:
+        if self.state is None or restored is None:  # nothing trained yet: nothing was restored or logged
+            return
+        self.state.replay(self.group, restored)
 
 
 def _cause(group: SupervisedGroup, order: InitOrder) -> str:

@@ -69,7 +69,8 @@ class SupervisedCallRunner:
     def run_call(self, group: WorkerGroup, spec: MethodSpec, method_name: str, per_rank: PerRank) -> list[Any]:
         config = self.supervisor.config
         policy = resolve_in_flight_policy(spec, config.in_flight)
-        return run_supervised(group, self.supervisor, method_name, per_rank, policy, config.call_timeout_s)
+        mutates = spec.mutates_state or method_name in config.state.mutating_methods
+        return run_supervised(group, self.supervisor, method_name, per_rank, policy, config.call_timeout_s, mutates=mutates)
 
 
 def run_supervised(
@@ -81,6 +82,7 @@ def run_supervised(
     call_timeout_s: float | None,
     poll_s: float = 0.25,
     unavailable_timeout_s: float | None = None,
+    mutates: bool = False,
 ) -> list[Any]:
     """Run ``method_name`` on the ranks of ``per_rank`` and return their results in rank order.
 
@@ -91,6 +93,10 @@ def run_supervised(
     again for up to ``unavailable_timeout_s`` (default: the supervisor's ``probe_timeout_s``), after
     which it is hung.
 
+    A stateful group whose recovery replays (``StateConfig.recovery``) runs the whole call again once
+    the group has restored its own snapshot and replayed its logged calls: the caller gets that run's
+    results, as if no rank had died. A completed ``mutates`` call is logged for a later replay.
+
     Raises:
         WorkerFailedError: a rank failed and ``policy`` is RAISE.
         GroupFailedError: a rank failed, ``policy`` is RETRY, and the group failed instead of replacing it.
@@ -99,7 +105,7 @@ def run_supervised(
     return _SupervisedCall(
         group, supervisor, method_name, per_rank, call_timeout_s, poll_s,
         supervisor.config.probe_timeout_s if unavailable_timeout_s is None else unavailable_timeout_s,
-        retry=policy is InFlightPolicy.RETRY,
+        retry=policy is InFlightPolicy.RETRY, mutates=mutates,
     ).run()  # fmt: skip
 
 
@@ -108,10 +114,15 @@ class _SupervisedCall:
 
     def __init__(
         self, group: WorkerGroup, supervisor: Supervising, method_name: str, per_rank: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
-        call_timeout_s: float | None, poll_s: float, unavailable_timeout_s: float, retry: bool,
+        call_timeout_s: float | None, poll_s: float, unavailable_timeout_s: float, retry: bool, mutates: bool = False,
     ) -> None:  # fmt: skip
         self.group, self.supervisor, self.method_name, self.per_rank = group, supervisor, method_name, per_rank
         self.call_timeout_s, self.poll_s, self.unavailable_timeout_s, self.retry = call_timeout_s, poll_s, unavailable_timeout_s, retry
+        self.mutates = mutates
+        # The group restores and replays its own state: the whole call runs again, never one shard.
+        self.replays = supervisor.state_domain is not None and supervisor.config.state.replays
+        if self.replays:
+            self.retry = False
         self.in_flight: dict[Any, tuple[int, int, float]] = {}  # ref -> (rank, generation, submitted at)
         self.awaiting: dict[int, _Awaiting] = {}  # ranks whose shard waits to be submitted again
         self.unavailable = UnavailableClock(unavailable_timeout_s, time.monotonic)  # keyed by (rank, generation)
@@ -132,6 +143,8 @@ class _SupervisedCall:
 
     def _run(self) -> list[Any]:
         gate = self.supervisor.gate
+        if self.replays:
+            return self._run_replaying()
         if self.domain is None:
             for rank in self.per_rank:
                 self._submit(rank, *gate.acquire(rank))  # waits out a recovery; raises if the group failed
@@ -150,7 +163,46 @@ class _SupervisedCall:
             if not self.retry:
                 gate.update_ended()
 
+    def _run_replaying(self) -> list[Any]:
+        gate = self.supervisor.gate
+        assert self.domain is not None
+        while True:
+            acquired = {rank: gate.acquire(rank) for rank in self.per_rank}
+            gate.update_started()  # a death now leaves the group at an unknown step: it replays
+            try:
+                with self.domain.calls():
+                    for rank, (generation, actor) in acquired.items():
+                        self._submit(rank, generation, actor)
+                self._collect_all()
+            finally:
+                gate.update_ended()
+            if not (self.failed or (self.errors and self.rank_failed)):
+                break
+            # A rank died: wait until the group serves again, restored and replayed, then run it all again.
+            for rank, generation in self.failed_generations.items():
+                gate.await_replacement(rank, generation)  # raises GroupFailedError if the state could not come back
+            gate.wait_running()
+            self.domain.raise_pending(self.method_name, self.failed)  # another group's job-wide rollback
+            log.info("call_rerun_after_replay", group=self.group.name, method=self.method_name, failed=self.failed)
+            self.results, self.failed, self.errors, self.failed_generations, self.rank_failed = {}, {}, {}, {}, False
+        if self.errors:  # the method's own error, no rank failed: unchanged, the lowest rank's
+            raise self.errors[min(self.errors)][1]
+        if self.mutates:
+            self.domain.log_call(self.group, self.method_name, self.per_rank)
+        return [self.results[r] for r in sorted(self.per_rank)]
+
     def _finish(self) -> list[Any]:
+        self._collect_all()
+        if self.domain is not None and (self.failed or (self.errors and self.rank_failed)):
+            self._after_stateful_failure()
+        if self.failed:
+            raise WorkerFailedError(self.method_name, self.failed, self.results)
+        if self.errors:  # the method's own error, no rank failed: unchanged, the lowest rank's
+            raise self.errors[min(self.errors)][1]
+        return [self.results[r] for r in sorted(self.per_rank)]
+
+    def _collect_all(self) -> None:
+        """Until every shard's outcome is in (a shard that waits for its replacement runs again on it)."""
         import ray
 
         while self.in_flight or self.awaiting:
@@ -166,13 +218,6 @@ class _SupervisedCall:
                 for rank, (generation, _) in self.errors.items():  # collateral: run again with the group
                     self.awaiting[rank] = _Awaiting(generation - 1, None, time.monotonic())
                 self.errors.clear()
-        if self.domain is not None and (self.failed or (self.errors and self.rank_failed)):
-            self._after_stateful_failure()
-        if self.failed:
-            raise WorkerFailedError(self.method_name, self.failed, self.results)
-        if self.errors:  # the method's own error, no rank failed: unchanged, the lowest rank's
-            raise self.errors[min(self.errors)][1]
-        return [self.results[r] for r in sorted(self.per_rank)]
 
     def _after_stateful_failure(self) -> None:
         """Wait until the group runs again with its state restored; raise the rollback if there was one."""

@@ -39,6 +39,8 @@ class MethodSpec:
             dies while it runs (None: the group's setting, else retry when idempotent).
         read_only: the method does not write the DataProtos it is given: their tensors arrive as
             views of Ray's read-only shared memory, with no copy (writing to them is undefined).
+        mutates_state: the method changes the rank's trained state (an optimiser step): a group
+            whose recovery replays logs each completed call and runs it again after a restore.
     """
 
     dispatch_mode: Any
@@ -47,6 +49,7 @@ class MethodSpec:
     idempotent: bool = False
     on_rank_failure: str | None = None
     read_only: bool = False
+    mutates_state: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         # verl's three keys always; our extensions only when set, so a verl-style registration stores
@@ -58,6 +61,8 @@ class MethodSpec:
             attrs["on_rank_failure"] = self.on_rank_failure
         if self.read_only:
             attrs["read_only"] = True
+        if self.mutates_state:
+            attrs["mutates_state"] = True
         return attrs
 
 
@@ -114,6 +119,7 @@ def register(
     idempotent: bool = False,
     on_rank_failure: str | None = None,
     read_only: bool = False,
+    mutates_state: bool = False,
 ) -> Callable[[F], F]:
     """Mark a worker method as callable through its :class:`~supervisor.core.group.group.WorkerGroup`.
 
@@ -130,6 +136,7 @@ def register(
         on_rank_failure: ``"retry"`` or ``"raise"`` for calls in flight when a rank dies.
         read_only: the method only reads its DataProto arguments: each rank gets its shard as
             zero-copy views of the object store instead of a writable copy (see :class:`MethodSpec`).
+        mutates_state: the method changes the rank's trained state (see :class:`MethodSpec`).
 
     Raises:
         ValueError: ``dispatch_mode`` or ``execute_mode`` is not valid.
@@ -145,6 +152,7 @@ def register(
         idempotent=idempotent,
         on_rank_failure=on_rank_failure,
         read_only=read_only,
+        mutates_state=mutates_state,
     )
 
     def decorator(func: F) -> F:
@@ -184,4 +192,5 @@ def get_method_spec(method: Any) -> MethodSpec | None:
         idempotent=attrs.get("idempotent", False),
         on_rank_failure=attrs.get("on_rank_failure"),
         read_only=attrs.get("read_only", False),
+        mutates_state=attrs.get("mutates_state", False),
     )
