@@ -13,8 +13,14 @@ from typing import Any
 
 TESTS_DIR = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent  # the venv's `supervisor` and `ray`
-# Loopback only; the daemon's workers import the test worker classes from tests/.
-ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(TESTS_DIR)}
+# Loopback only; the daemon's workers import the test worker classes from tests/. The PYTHONPATH the
+# tests run with stays behind it: a checkout other than the venv's editable one (a git worktree) is
+# the code its daemons must run.
+ENV = {
+    **os.environ,
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "PYTHONPATH": os.pathsep.join(dict.fromkeys(filter(None, [str(TESTS_DIR), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))),
+}
 
 
 def log_events(log: Path) -> list[dict[str, Any]]:

@@ -363,9 +363,17 @@ def test_start_status_stop_and_layout_of_ray_status(cluster, daemons, tmp_path):
     assert events.index("teardown_started") < events.index("pool_torn_down") < events.index("supervisor_stopped")
 
 
-def test_a_log_neither_on_this_machine_nor_served_by_a_dashboard_is_one_clear_line(cluster):
+def test_a_log_neither_on_this_machine_nor_served_by_a_dashboard_is_one_clear_line(cluster, monkeypatch):
+    from ray.experimental import internal_kv
+
     from supervisor.cli.logs import LogStream, LogsUnavailableError, RankActor, read_log
 
+    # Ray's log API makes the GCS client it asks this process's key-value client, through which the
+    # records are read: it must not stay so (under two xdist workers the cluster Ray finds by itself,
+    # the one this machine started last, was the other worker's, and records went unseen). RAY_ADDRESS,
+    # which Ray's lookup reads first, names this cluster: a client of any other would fail to connect.
+    monkeypatch.setenv("RAY_ADDRESS", "localhost:" + cluster.address.rpartition(":")[2])
+    connected_kv = internal_kv.internal_kv_get_gcs_client()
     # This module's cluster runs without a dashboard (Ray's log API); the node is not one of this machine's.
     elsewhere = RankActor("counters_CounterWorker_0:0", "00" * 16, 4321, "ff" * 28, True)
     with pytest.raises(LogsUnavailableError) as info:
@@ -373,6 +381,7 @@ def test_a_log_neither_on_this_machine_nor_served_by_a_dashboard_is_one_clear_li
     message = str(info.value)
     assert message.startswith("the log of counters_CounterWorker_0:0 (node ffffffffffff) is not on this machine, and Ray's log API did not answer (")
     assert message.endswith("): it needs the cluster's dashboard (ray start --head --include-dashboard=true)") and "\n" not in message
+    assert internal_kv.internal_kv_get_gcs_client() is connected_kv
 
 
 def test_sigkilled_daemon_is_readopted_and_the_job_continues(cluster, daemons, tmp_path):

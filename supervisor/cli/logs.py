@@ -144,11 +144,19 @@ def _follow(path: Path, stopped: Callable[[], bool]) -> Iterator[str]:
 
 
 def read_through_log_api(actor: RankActor, stream: LogStream, tail: int | None, follow: bool) -> Iterator[str]:
-    """The log through Ray's log API: the dashboard asks the node's agent for the actor's file."""
+    """The log through Ray's log API of the cluster this process is connected to: its dashboard asks
+    the node's agent for the actor's file."""
+    from ray.experimental import internal_kv
     from ray.util.state import get_log
 
+    from ..daemon.gcs_watch import gcs_address
+
+    # Without an address get_log asks the cluster this machine started last (Ray's temporary
+    # directory), which may be another one; and whichever it asks, it makes that cluster's GCS
+    # client this process's key-value client, through which every record is read: kept as it was.
+    address, connected_kv = gcs_address(), internal_kv.internal_kv_get_gcs_client()
     try:
-        chunks = get_log(actor_id=actor.actor_id, suffix=stream.value, tail=-1 if tail is None else tail, follow=follow)
+        chunks = get_log(address=address, actor_id=actor.actor_id, suffix=stream.value, tail=-1 if tail is None else tail, follow=follow)
         pending = ""
         for chunk in chunks:
             pending += chunk
@@ -161,3 +169,5 @@ def read_through_log_api(actor: RankActor, stream: LogStream, tail: int | None, 
             f"the log of {actor.name} (node {actor.node_id[:12]}) is not on this machine, and Ray's log API did not "
             f"answer ({first_line(exc)}): it needs the cluster's dashboard (ray start --head --include-dashboard=true)"
         ) from None
+    finally:
+        internal_kv._initialize_internal_kv(connected_kv)
