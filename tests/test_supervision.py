@@ -112,7 +112,9 @@ def _batch(n):
 
 def test_idle_actor_killed_is_detected_fast_and_replaced_into_its_bundle(ray_cluster, tmp_path, no_leaks):
     hooks = RecordingHooks()
-    pool, group, sup = _supervised(tmp_path, hooks=hooks)
+    # Heartbeats read every 30 s: a detection sooner than that is the death watch's (an idle actor's
+    # death is seen when it happens, not at the next probe); how soon is measured in bench/detection_cost.py.
+    pool, group, sup = _supervised(tmp_path, hooks=hooks, probe_period_s=30.0, probe_timeout_s=60.0)
     try:
         name, slot = group.worker_names[2], group.slots[2]
         old_id = group.workers[2]._actor_id.hex()
@@ -122,7 +124,7 @@ def test_idle_actor_killed_is_detected_fast_and_replaced_into_its_bundle(ray_clu
         _wait(lambda: hooks.failed, what="detection")
         detected_at, rank, reason, _ = hooks.failed[0]
         assert (rank, reason) == (2, "died")
-        assert detected_at - killed_at < 1.0, f"detection took {detected_at - killed_at:.3f}s"
+        assert detected_at - killed_at < 30.0, f"detection took {detected_at - killed_at:.3f}s: not by the death watch"
         _wait(lambda: sup.generation(2) == 1, what="replacement")
         assert group.worker_names[2] == name and group.slots[2] == slot
         assert group.workers[2]._actor_id.hex() != old_id
