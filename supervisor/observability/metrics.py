@@ -183,11 +183,13 @@ STATE_ROLLBACKS = Counter(
     "supervisor_state_rollbacks_total", "Rollbacks a group's failure caused (every stateful group of the job goes back), by source.",
     ["group", "medium"], registry=REGISTRY,
 )
+#: Each replay, by the number of calls it ran again (a group with recovery = "replay" that lost state).
 STATE_REPLAYED_CALLS = Counter(
     "supervisor_state_replayed_calls_total",
     "Mutating calls a group ran again after restoring its own snapshot (a recovery the driver never saw).",
     ["group"], registry=REGISTRY,
 )
+#: Each replay, once its last call returned.
 STATE_REPLAY = Histogram(
     "supervisor_state_replay_seconds", "Time a group took to replay its logged calls after a restore.",
     ["group"], buckets=LONG_LATENCY_BUCKETS, registry=REGISTRY,

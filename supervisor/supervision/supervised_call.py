@@ -119,6 +119,9 @@ class _SupervisedCall:
         self.group, self.supervisor, self.method_name, self.per_rank = group, supervisor, method_name, per_rank
         self.call_timeout_s, self.poll_s, self.unavailable_timeout_s, self.retry = call_timeout_s, poll_s, unavailable_timeout_s, retry
         self.mutates = mutates
+        # A call that may change state (not idempotent, or marked so): a death inside it leaves the
+        # group at an unknown step.
+        self.may_update = mutates or not retry
         # The group restores and replays its own state: the whole call runs again, never one shard.
         self.replays = supervisor.state_domain is not None and supervisor.config.state.replays
         if self.replays:
@@ -168,14 +171,16 @@ class _SupervisedCall:
         assert self.domain is not None
         while True:
             acquired = {rank: gate.acquire(rank) for rank in self.per_rank}
-            gate.update_started()  # a death now leaves the group at an unknown step: it replays
+            if self.may_update:
+                gate.update_started()
             try:
                 with self.domain.calls():
                     for rank, (generation, actor) in acquired.items():
                         self._submit(rank, generation, actor)
                 self._collect_all()
             finally:
-                gate.update_ended()
+                if self.may_update:
+                    gate.update_ended()
             if not (self.failed or (self.errors and self.rank_failed)):
                 break
             # A rank died: wait until the group serves again, restored and replayed, then run it all again.
