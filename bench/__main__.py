@@ -67,6 +67,7 @@ def _benchmarks(quick: bool) -> dict[str, Callable[[], list[Row]]]:
 # main table. `--only NAME` rewrites just that section; for a benchmark of the main table it writes
 # (or rewrites) a "re-measured" section of its own, which the next full run folds back into the table.
 SECTIONS: dict[str, tuple[str, str | None, str]] = {
+    "replay_cost": ("A rank killed inside an update: replayed in its group, or rolled back", None, ""),
     "goodput": ("Goodput under faults", "goodput.png", "Steps over time under faults"),
     "goodput_goal": ("Goodput: the goal alone, many times over", None, ""),
     "kill_cost": ("What one kill costs, and where", None, ""),

@@ -3,7 +3,7 @@
     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python -m bench.replay_cost [--kills 6] [--hold-s 1.0]
 
 A 4-rank sharded ZeRO group (the example's ``ActorUpdateWorker``, Adam, a gloo collective in every step;
-2 ranks on each of 2 nodes) takes a snapshot at every step boundary and steps; each step first holds
+2 ranks on each of 2 of 3 nodes) takes a snapshot at every step boundary and steps; each step first holds
 ``hold_s`` (so a kill lands inside the call), then trains. Timed from the driver's side, for one call:
 
 * **fault-free**: the call alone (the reference);
@@ -93,7 +93,7 @@ def run(kills: int = 6, hold_s: float = 1.0) -> list[Row]:
 
     from .common import local_cluster
 
-    cluster = local_cluster([NODE, NODE])
+    cluster = local_cluster([NODE, NODE, NODE])  # three 4-rank groups, one GPU each
     times: dict[str, list[float]] = {"replay": [], "rollback": [], "clean": []}
     mismatches = {"replay": 0, "rollback": 0}
     try:
@@ -123,10 +123,10 @@ def run(kills: int = 6, hold_s: float = 1.0) -> list[Row]:
     def exact(name: str) -> str:
         return "state equal to the fault-free group's after every kill" if not mismatches[name] else f"**{mismatches[name]} kills left a different state**"
 
-    what = f"4-rank sharded ZeRO group (Adam), 2 nodes, snapshot every step, a step held {hold_s:g} s, {kills} kills inside it"
+    what = f"4-rank sharded ZeRO group (Adam), 2 ranks per node, snapshot every step, a step held {hold_s:g} s, {kills} kills inside it"
     return [
         Row("state: a call with a rank killed inside it, replayed (driver sees nothing) / fault-free call",
-            f"{what}; {exact('replay')}", Stat.of(times["replay"]), "the same call, no fault", Stat.of(times["clean"]), "report", unit="s"),
+            f"{what}; {exact('replay')}", Stat.of(times["replay"]), "the same call, no fault", Stat.of(times["clean"]), unit="s"),
         Row("state: the same, replayed / rolled back and re-driven by the driver",
             f"{what}; rollback: {exact('rollback')}", Stat.of(times["replay"]), "recovery = rollback (RolledBack caught, step re-run)",
             Stat.of(times["rollback"]), "<= 1.0x", unit="s"),
