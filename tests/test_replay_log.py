@@ -80,6 +80,18 @@ def test_a_job_wide_rollback_forgets_the_calls_the_driver_makes_again():
     assert [c.epoch for c in log.since(0)] == [0, 1]
 
 
+def test_after_a_rollback_to_an_older_snapshot_the_log_replays_from_it():
+    log = ReplayLog()
+    for step in range(3):
+        log.snapshot_requested(step)
+        log.append("update", {0: ((step,), {})})
+    log.snapshot_complete(2)  # the calls before step 2 are dropped
+    log.rolled_back(1)  # the job went back to step 1 (step 2's copies lost): every rank holds step 1
+    assert log.since(1) == ()
+    log.append("update", {0: ((1,), {})})  # the driver re-drives step 1
+    assert [c.per_rank[0][0] for c in log.since(1)] == [(1,)]
+
+
 def test_a_batch_given_to_every_rank_is_counted_once():
     batch = np.zeros(1024, dtype=np.float32)
     assert arguments_nbytes({r: ((batch,), {"lr": 0.1}) for r in range(4)}) == 4096

@@ -95,8 +95,9 @@ class ReplayLog:
         """The job went back to step ``step`` (a job-wide rollback): the driver makes the calls of
         epoch ``step`` and later again, and they are logged again."""
         self._calls = [c for c in self._calls if c.epoch < step]
-        if self._epoch is not None:
-            self._epoch = min(self._epoch, step)
+        # Every rank holds the snapshot of ``step`` now: the log is complete from there on (at least).
+        self._epoch = step
+        self._complete_from = step if self._complete_from is None else min(self._complete_from, step)
 
     def since(self, step: int) -> tuple[LoggedCall, ...]:
         """The calls to replay, in order, after a restore of step ``step``.
