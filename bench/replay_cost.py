@@ -53,6 +53,12 @@ def _pid(group: Any, rank: int) -> int:
     return wait_for_beat(group.workers[rank], timeout_s=30).pid
 
 
+def _snapshot_before(target: Any, step: int) -> None:
+    """The driver's step boundary, its snapshot complete before the step (so a kill inside it has one)."""
+    target.sup.state_domain.step_boundary(step)
+    target.sup.state_domain.wait_snapshots(target.group)
+
+
 def faulty_call(target: Any, rank: int, hold_s: float) -> tuple[float, list[str]]:
     """Step ``target`` once with ``rank`` killed half-way through the hold; seconds until the driver has
     that step's results (re-driving it after a rollback), and the digests after it."""
@@ -60,8 +66,7 @@ def faulty_call(target: Any, rank: int, hold_s: float) -> tuple[float, list[str]
 
     domain, group = target.sup.state_domain, target.group
     step = target.next_step
-    domain.step_boundary(step)
-    domain.wait_snapshots(group)
+    _snapshot_before(target, step)
     pid = _pid(group, rank)
     started = time.perf_counter()
     threading.Timer(hold_s / 2, os.kill, args=(pid, signal.SIGKILL)).start()
@@ -78,9 +83,8 @@ def faulty_call(target: Any, rank: int, hold_s: float) -> tuple[float, list[str]
 
 
 def clean_call(target: Any, hold_s: float) -> tuple[float, list[str]]:
-    domain, group = target.sup.state_domain, target.group
-    domain.step_boundary(target.next_step)
-    domain.wait_snapshots(group)
+    group = target.group
+    _snapshot_before(target, target.next_step)
     started = time.perf_counter()
     group.held_step(target.next_step, hold_s)
     seconds = time.perf_counter() - started

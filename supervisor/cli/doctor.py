@@ -368,7 +368,7 @@ def _state_findings(record: SupervisorRecord) -> list[Finding]:
                 Finding(
                     FindingKind.REPLAY_LOG, subject,
                     f"the replay log holds {state.replay_log_calls} call(s) taking {state.replay_log_bytes / 2**20:.1f} of "
-                    f"replay_log_mb = {state.replay_log_bound_bytes / 2**20:g} MiB: the next step boundary takes an extra snapshot",
+                    f"replay_log_mb = {log_bound / 2**20:g} MiB: the next step boundary takes an extra snapshot",
                     "snapshot more often (snapshot_every), or raise replay_log_mb if the driver has the memory",
                 )  # fmt: skip
             )

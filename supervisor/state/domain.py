@@ -594,14 +594,6 @@ class StateDomain:
             calls, nbytes = len(member.replay_log), member.replay_log.nbytes
         self.hooks.on_replay_log(group.name, calls, nbytes)
 
-    def replay_log_status(self, group_name: str) -> tuple[int, int]:
-        """The calls and the argument bytes ``group_name``'s replay log holds."""
-        member = self._members.get(group_name)
-        if member is None:
-            return 0, 0
-        log_ = member.replay_log
-        return len(log_), log_.nbytes
-
     def _log_full(self, member: _Member) -> bool:
         return member.config.replays and member.replay_log.nbytes > member.config.replay_log_mb * 2**20
 

@@ -20,7 +20,9 @@ from. A new call first raises a rollback the driver has not been told of.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -152,36 +154,40 @@ class _SupervisedCall:
             for rank in self.per_rank:
                 self._submit(rank, *gate.acquire(rank))  # waits out a recovery; raises if the group failed
             return self._finish()
-        # Stateful: nothing reaches a rank unannounced after a rollback, and an update in flight
-        # tells the loop a failure now leaves the group at an unknown step.
+        with self._submitted_to_every_rank(update=not self.retry):
+            return self._finish()
+
+    @contextlib.contextmanager
+    def _submitted_to_every_rank(self, update: bool) -> Iterator[None]:
+        """A stateful group's call: every rank's shard submitted under the domain's lock (nothing
+        reaches a rank unannounced after a rollback); while ``update``, the loop knows a failure now
+        leaves the group at an unknown step. The body collects the outcomes."""
+        gate = self.supervisor.gate
+        assert self.domain is not None
         acquired = {rank: gate.acquire(rank) for rank in self.per_rank}
-        if not self.retry:
+        if update:
             gate.update_started()
         try:
             with self.domain.calls():
                 for rank, (generation, actor) in acquired.items():
                     self._submit(rank, generation, actor)
-            return self._finish()
+            yield
         finally:
-            if not self.retry:
+            if update:
                 gate.update_ended()
+
+    @property
+    def _lost_a_rank(self) -> bool:
+        """A rank of this call failed (a stateful group's other errors are then collateral)."""
+        return bool(self.failed or (self.errors and self.rank_failed))
 
     def _run_replaying(self) -> list[Any]:
         gate = self.supervisor.gate
         assert self.domain is not None
         while True:
-            acquired = {rank: gate.acquire(rank) for rank in self.per_rank}
-            if self.may_update:
-                gate.update_started()
-            try:
-                with self.domain.calls():
-                    for rank, (generation, actor) in acquired.items():
-                        self._submit(rank, generation, actor)
+            with self._submitted_to_every_rank(update=self.may_update):
                 self._collect_all()
-            finally:
-                if self.may_update:
-                    gate.update_ended()
-            if not (self.failed or (self.errors and self.rank_failed)):
+            if not self._lost_a_rank:
                 break
             # A rank died: wait until the group serves again, restored and replayed, then run it all again.
             for rank, generation in self.failed_generations.items():
@@ -198,7 +204,7 @@ class _SupervisedCall:
 
     def _finish(self) -> list[Any]:
         self._collect_all()
-        if self.domain is not None and (self.failed or (self.errors and self.rank_failed)):
+        if self.domain is not None and self._lost_a_rank:
             self._after_stateful_failure()
         if self.failed:
             raise WorkerFailedError(self.method_name, self.failed, self.results)
